@@ -8,6 +8,14 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod fifo;
 pub mod store;
 
-pub use store::{KeyError, ObjectKey, key_of, split_key};
+pub use fifo::{
+    DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
+    KnownObjects, TransformFn,
+};
+pub use store::{
+    IndexError, IndexFn, Indexer, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey, key_of,
+    namespace_index_fn, split_key,
+};

@@ -1,0 +1,863 @@
+//! The DeltaFIFO queue itself (client-go `tools/cache/delta_fifo.go` `DeltaFIFO`).
+
+use std::{
+    collections::{HashMap, HashSet, VecDeque, hash_map::Entry},
+    fmt,
+    pin::pin,
+    sync::Arc,
+};
+
+use kube::Resource;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use super::delta::{
+    DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, dedup_trailing_deletes,
+};
+use crate::store::{Indexer, KeyError, ObjectKey, key_of};
+
+/// The objects the consumer of a [`DeltaFifo`] already knows (client-go's `KeyListerGetter`):
+/// normally the informer's [`Indexer`]. The FIFO consults it to infer deletions on
+/// [`DeltaFifo::replace`], to decide whether a delete is news, and to [`DeltaFifo::resync`].
+///
+/// The FIFO calls these methods while holding its own lock, so they must not call into the FIFO.
+pub trait KnownObjects<K>: Send + Sync {
+    /// Every known key.
+    fn list_keys(&self) -> Vec<ObjectKey>;
+
+    /// The known object with this key.
+    fn get_by_key(&self, key: &ObjectKey) -> Option<Arc<K>>;
+
+    /// Calls `f` with every known key and object. The default goes through
+    /// [`list_keys`](Self::list_keys) and [`get_by_key`](Self::get_by_key), skipping keys that
+    /// vanish in between; implementations can do it in one pass under one lock.
+    fn for_each_known(&self, f: &mut dyn FnMut(&ObjectKey, &Arc<K>)) {
+        for key in self.list_keys() {
+            if let Some(obj) = self.get_by_key(&key) {
+                f(&key, &obj);
+            }
+        }
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> KnownObjects<K> for Indexer<K> {
+    fn list_keys(&self) -> Vec<ObjectKey> {
+        Indexer::list_keys(self)
+    }
+
+    fn get_by_key(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        Indexer::get_by_key(self, key.as_str())
+    }
+
+    fn for_each_known(&self, f: &mut dyn FnMut(&ObjectKey, &Arc<K>)) {
+        self.for_each(f);
+    }
+}
+
+/// A function applied to every object as it is enqueued, e.g. to strip `managedFields`
+/// (client-go's `TransformFunc`). It should be cheap and must not change the object's name or
+/// namespace: the key is computed before it runs, as in client-go.
+pub type TransformFn<K> = Arc<dyn Fn(K) -> K + Send + Sync>;
+
+/// Why a [`DeltaFifo`] operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FifoError {
+    /// The FIFO is closed and has nothing left to pop (client-go's `ErrFIFOClosed`).
+    #[error("DeltaFIFO: manipulating with closed queue")]
+    Closed,
+    /// An object has no valid key; the FIFO is unchanged.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
+/// The queue between a reflector (producer) and an informer (consumer), with client-go's
+/// DeltaFIFO rules: per key a list of [`Delta`]s, each key queued once, in order of first change.
+///
+/// Share it through an `Arc`; every method takes `&self`.
+///
+/// ```
+/// # tokio_test_shim::run(async {
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::api::ObjectMeta;
+/// use kube_informer::{DeltaFifo, DeltaType};
+///
+/// let fifo = DeltaFifo::<ConfigMap>::new(None);
+/// let cm = ConfigMap { metadata: ObjectMeta { name: Some("a".into()), ..Default::default() }, ..Default::default() };
+/// fifo.add(cm.clone()).unwrap();
+/// fifo.update(cm).unwrap();
+/// let kinds = fifo.pop(|deltas, _| deltas.iter().map(|d| d.kind).collect::<Vec<_>>()).await.unwrap();
+/// assert_eq!(kinds, [DeltaType::Added, DeltaType::Updated]);
+/// # });
+/// # mod tokio_test_shim { pub fn run(f: impl std::future::Future<Output = ()>) {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) } }
+/// ```
+pub struct DeltaFifo<K> {
+    state: Mutex<State<K>>,
+    /// Wakes a waiting `pop` when a key is queued, every one when the FIFO closes.
+    wake: Notify,
+    known: Option<Arc<dyn KnownObjects<K>>>,
+    transform: Option<TransformFn<K>>,
+}
+
+struct State<K> {
+    /// Invariant: a key is in `items` (with at least one delta) iff it is in `queue`.
+    items: HashMap<ObjectKey, Deltas<K>>,
+    queue: VecDeque<ObjectKey>,
+    /// Set by the first add/update/delete/replace (client-go `populated`).
+    populated: bool,
+    /// Items of the first replace not yet popped (client-go `initialPopulationCount`).
+    initial_population_count: usize,
+    closed: bool,
+    last_sync_resource_version: String,
+}
+
+impl<K> State<K> {
+    fn has_synced(&self) -> bool {
+        self.populated && self.initial_population_count == 0
+    }
+
+    /// Appends a delta to `key`'s list (client-go `queueActionInternalLocked`), queueing the key
+    /// if it had none. Returns whether the key was newly queued.
+    fn queue_action(&mut self, key: ObjectKey, kind: DeltaType, object: DeltaObject<K>) -> bool {
+        let delta = Delta { kind, object };
+        match self.items.entry(key) {
+            Entry::Occupied(mut entry) => {
+                let deltas = entry.get_mut();
+                deltas.push(delta);
+                dedup_trailing_deletes(deltas);
+                false
+            }
+            Entry::Vacant(entry) => {
+                self.queue.push_back(entry.key().clone());
+                entry.insert(vec![delta]);
+                true
+            }
+        }
+    }
+}
+
+impl<K> fmt::Debug for DeltaFifo<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("DeltaFifo")
+            .field("len", &state.queue.len())
+            .field("populated", &state.populated)
+            .field("initial_population_count", &state.initial_population_count)
+            .field("closed", &state.closed)
+            .field("has_known_objects", &self.known.is_some())
+            .field("has_transform", &self.transform.is_some())
+            .finish()
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
+    /// An empty FIFO. `known` is the consumer's store (normally the informer's [`Indexer`]);
+    /// without it, relists cannot infer deletions of objects no longer queued and resync does
+    /// nothing, as in client-go.
+    pub fn new(known: Option<Arc<dyn KnownObjects<K>>>) -> Self {
+        Self {
+            state: Mutex::new(State {
+                items: HashMap::new(),
+                queue: VecDeque::new(),
+                populated: false,
+                initial_population_count: 0,
+                closed: false,
+                last_sync_resource_version: String::new(),
+            }),
+            wake: Notify::new(),
+            known,
+            transform: None,
+        }
+    }
+
+    /// Sets the transform applied to every object added, updated, deleted or replaced; not to
+    /// resync deltas or tombstones, whose objects come from the store and were transformed
+    /// already (client-go `queueActionInternalLocked`).
+    #[must_use]
+    pub fn with_transform(mut self, transform: TransformFn<K>) -> Self {
+        self.transform = Some(transform);
+        self
+    }
+
+    /// Keys `obj` (before the transform, as client-go does) and transforms it; runs outside the
+    /// lock because a transform may be costly and needs no shared state.
+    fn prepare(&self, obj: K) -> Result<(ObjectKey, Arc<K>), KeyError> {
+        let key = key_of(&obj)?;
+        Ok((key, self.transformed(obj)))
+    }
+
+    fn transformed(&self, obj: K) -> Arc<K> {
+        Arc::new(match &self.transform {
+            Some(t) => t(obj),
+            None => obj,
+        })
+    }
+
+    fn enqueue(&self, kind: DeltaType, obj: K) -> Result<(), FifoError> {
+        let (key, obj) = self.prepare(obj)?;
+        let queued = {
+            let mut state = self.state.lock();
+            state.populated = true;
+            state.queue_action(key, kind, DeltaObject::Object(obj))
+        };
+        if queued {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Queues an [`DeltaType::Added`] delta.
+    ///
+    /// # Errors
+    ///
+    /// [`FifoError::Key`] if the object has no valid key; the FIFO is unchanged.
+    pub fn add(&self, obj: K) -> Result<(), FifoError> {
+        self.enqueue(DeltaType::Added, obj)
+    }
+
+    /// Queues an [`DeltaType::Updated`] delta.
+    ///
+    /// # Errors
+    ///
+    /// [`FifoError::Key`] if the object has no valid key; the FIFO is unchanged.
+    pub fn update(&self, obj: K) -> Result<(), FifoError> {
+        self.enqueue(DeltaType::Updated, obj)
+    }
+
+    /// Queues a [`DeltaType::Deleted`] delta, unless the key is neither queued nor known: that
+    /// deletion was already reported by a relist's tombstone, so it is dropped (client-go
+    /// `DeltaFIFO.Delete`). A second trailing delete collapses into the first.
+    ///
+    /// # Errors
+    ///
+    /// [`FifoError::Key`] if the object has no valid key; the FIFO is unchanged.
+    pub fn delete(&self, obj: K) -> Result<(), FifoError> {
+        let (key, obj) = self.prepare(obj)?;
+        let queued = {
+            let mut state = self.state.lock();
+            state.populated = true;
+            let news = state.items.contains_key(&key)
+                || self
+                    .known
+                    .as_ref()
+                    .is_some_and(|known| known.get_by_key(&key).is_some());
+            news && state.queue_action(key, DeltaType::Deleted, DeltaObject::Object(obj))
+        };
+        if queued {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Replaces the FIFO's view with a full list (client-go `DeltaFIFO.Replace` with
+    /// `EmitDeltaTypeReplaced`): every listed object gets a [`DeltaType::Replaced`] delta; a queued
+    /// key missing from the list gets a [`DeltaType::Deleted`] tombstone carrying its newest queued
+    /// object; a known key missing from the list with nothing queued gets a tombstone carrying the
+    /// known object. The first replace fixes the number of items to pop before
+    /// [`has_synced`](Self::has_synced).
+    ///
+    /// # Errors
+    ///
+    /// [`FifoError::Key`] if any object has no valid key; every key is checked before anything
+    /// changes, so the FIFO is then unchanged.
+    pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), FifoError> {
+        let keys = list.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
+        let objs: Vec<Arc<K>> = list.into_iter().map(|obj| self.transformed(obj)).collect();
+        let mut listed: HashSet<ObjectKey> = HashSet::with_capacity(keys.len());
+        let mut newly_queued = false;
+        {
+            let mut state = self.state.lock();
+            for (key, obj) in keys.into_iter().zip(objs) {
+                listed.insert(key.clone());
+                newly_queued |=
+                    state.queue_action(key, DeltaType::Replaced, DeltaObject::Object(obj));
+            }
+
+            // Deletions the watch missed, among keys still queued. These keys are queued already,
+            // so the map's order does not matter.
+            let mut queued_deletions = 0;
+            for (key, deltas) in &mut state.items {
+                if listed.contains(key) {
+                    continue;
+                }
+                let Some(newest) = deltas.last() else {
+                    continue;
+                };
+                let tombstone = DeletedFinalStateUnknown {
+                    key: key.clone(),
+                    obj: Arc::clone(newest.object.object()),
+                };
+                deltas.push(Delta {
+                    kind: DeltaType::Deleted,
+                    object: DeltaObject::DeletedFinalStateUnknown(tombstone),
+                });
+                dedup_trailing_deletes(deltas);
+                queued_deletions += 1;
+            }
+
+            // Deletions the watch missed, among objects the consumer holds and nothing is queued for.
+            if let Some(known) = &self.known {
+                let mut missing: Vec<(ObjectKey, Arc<K>)> = Vec::new();
+                known.for_each_known(&mut |key, obj| {
+                    if !listed.contains(key) && !state.items.contains_key(key) {
+                        missing.push((key.clone(), Arc::clone(obj)));
+                    }
+                });
+                // Sorted so the queue order is reproducible (client-go's follows Go's map order).
+                missing.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                queued_deletions += missing.len();
+                for (key, obj) in missing {
+                    let tombstone = DeletedFinalStateUnknown {
+                        key: key.clone(),
+                        obj,
+                    };
+                    newly_queued |= state.queue_action(
+                        key,
+                        DeltaType::Deleted,
+                        DeltaObject::DeletedFinalStateUnknown(tombstone),
+                    );
+                }
+            }
+
+            if !state.populated {
+                state.populated = true;
+                state.initial_population_count = listed.len() + queued_deletions;
+            }
+            resource_version.clone_into(&mut state.last_sync_resource_version);
+        }
+        if newly_queued {
+            self.wake.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// Queues a [`DeltaType::Sync`] delta with the known object for every known key that has
+    /// nothing queued (client-go `DeltaFIFO.Resync`); does nothing without known objects.
+    ///
+    /// # Errors
+    ///
+    /// None today; the `Result` matches the other producer methods.
+    pub fn resync(&self) -> Result<(), FifoError> {
+        let Some(known) = &self.known else {
+            return Ok(());
+        };
+        let mut newly_queued = false;
+        {
+            let mut state = self.state.lock();
+            known.for_each_known(&mut |key, obj| {
+                if !state.items.contains_key(key) {
+                    newly_queued |= state.queue_action(
+                        key.clone(),
+                        DeltaType::Sync,
+                        DeltaObject::Object(Arc::clone(obj)),
+                    );
+                }
+            });
+        }
+        if newly_queued {
+            self.wake.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// Waits for a queued key, removes it and calls `process(deltas, is_in_initial_list)` with
+    /// its deltas, oldest first, returning what `process` returns (client-go `DeltaFIFO.Pop`).
+    /// `is_in_initial_list` is true while the FIFO has not synced, i.e. for the items of the first
+    /// replace.
+    ///
+    /// `process` runs while the FIFO's lock is held, as in client-go, so that a concurrent
+    /// `replace` cannot infer deletions from a store the consumer is halfway through updating.
+    /// It must therefore not call into this FIFO (that would deadlock) and should be quick.
+    ///
+    /// # Errors
+    ///
+    /// [`FifoError::Closed`] once the FIFO is closed and empty; items queued before (or after)
+    /// closing are still handed out.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a key is removed only in the same step that calls `process` and completes
+    /// the future, so dropping the future loses nothing.
+    pub async fn pop<R>(&self, process: impl FnOnce(Deltas<K>, bool) -> R) -> Result<R, FifoError> {
+        loop {
+            // Registered before looking at the queue, so a push between the look and the await
+            // still wakes us.
+            let mut notified = pin!(self.wake.notified());
+            notified.as_mut().enable();
+            {
+                let mut state = self.state.lock();
+                while let Some(key) = state.queue.pop_front() {
+                    let is_in_initial_list = !state.has_synced();
+                    state.initial_population_count =
+                        state.initial_population_count.saturating_sub(1);
+                    // The invariant makes a miss impossible; skipping beats panicking.
+                    let Some(deltas) = state.items.remove(&key) else {
+                        continue;
+                    };
+                    return Ok(process(deltas, is_in_initial_list));
+                }
+                if state.closed {
+                    return Err(FifoError::Closed);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Closes the FIFO: waiting and future [`pop`](Self::pop)s return [`FifoError::Closed`] once
+    /// the queue is empty. Producers are not refused, as in client-go.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+        self.wake.notify_waiters();
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// True once the FIFO has been populated (by a replace or any add/update/delete) and every
+    /// item of the first replace has been popped (client-go `DeltaFIFO.HasSynced`).
+    pub fn has_synced(&self) -> bool {
+        self.state.lock().has_synced()
+    }
+
+    /// The number of queued keys.
+    pub fn len(&self) -> usize {
+        self.state.lock().queue.len()
+    }
+
+    /// Whether no key is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The queued keys, in pop order.
+    pub fn list_keys(&self) -> Vec<ObjectKey> {
+        self.state.lock().queue.iter().cloned().collect()
+    }
+
+    /// A copy of the deltas queued for `key` (cheap: the objects are shared).
+    pub fn get_by_key(&self, key: &str) -> Option<Deltas<K>> {
+        self.state.lock().items.get(key).cloned()
+    }
+
+    /// The resource version passed to the last [`replace`](Self::replace).
+    pub fn last_sync_resource_version(&self) -> String {
+        self.state.lock().last_sync_resource_version.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use std::time::Duration;
+
+    fn cm(name: &str, version: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(version.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new(Some("ns"), name).unwrap()
+    }
+
+    /// (kind, resourceVersion, is_tombstone) of each delta: enough to tell deltas apart.
+    type Summary = Vec<(DeltaType, String, bool)>;
+
+    fn summary(deltas: &Deltas<ConfigMap>) -> Summary {
+        deltas
+            .iter()
+            .map(|d| {
+                (
+                    d.kind,
+                    d.object
+                        .object()
+                        .metadata
+                        .resource_version
+                        .clone()
+                        .unwrap_or_default(),
+                    d.object.is_tombstone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Pops one key without waiting: `None` when nothing is queued.
+    fn pop_now(fifo: &DeltaFifo<ConfigMap>) -> Option<(ObjectKey, Summary, bool)> {
+        fifo.pop(|deltas, initial| {
+            let k = match &deltas[0].object {
+                DeltaObject::Object(o) => key_of(&**o).unwrap(),
+                DeltaObject::DeletedFinalStateUnknown(t) => t.key.clone(),
+            };
+            (k, summary(&deltas), initial)
+        })
+        .now_or_never()
+        .map(|r| r.unwrap())
+    }
+
+    fn s(kind: DeltaType, rv: &str, tomb: bool) -> (DeltaType, String, bool) {
+        (kind, rv.to_owned(), tomb)
+    }
+
+    fn known_store(objs: &[ConfigMap]) -> (Indexer<ConfigMap>, DeltaFifo<ConfigMap>) {
+        let store = Indexer::new();
+        for o in objs {
+            store.add(Arc::new(o.clone())).unwrap();
+        }
+        let fifo = DeltaFifo::new(Some(
+            Arc::new(store.clone()) as Arc<dyn KnownObjects<ConfigMap>>
+        ));
+        (store, fifo)
+    }
+
+    #[test]
+    fn deltas_accumulate_oldest_first_and_each_key_is_queued_once_in_first_change_order() {
+        let fifo = DeltaFifo::new(None);
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.add(cm("b", "1")).unwrap();
+        fifo.update(cm("a", "2")).unwrap();
+        fifo.delete(cm("a", "3")).unwrap();
+        assert_eq!(fifo.list_keys(), [key("a"), key("b")]);
+        assert_eq!(fifo.len(), 2);
+        let (k, deltas, _) = pop_now(&fifo).unwrap();
+        assert_eq!(k, key("a"));
+        assert_eq!(
+            deltas,
+            [
+                s(DeltaType::Added, "1", false),
+                s(DeltaType::Updated, "2", false),
+                s(DeltaType::Deleted, "3", false)
+            ]
+        );
+        assert_eq!(pop_now(&fifo).unwrap().0, key("b"));
+        assert!(pop_now(&fifo).is_none());
+    }
+
+    #[test]
+    fn two_trailing_deletes_collapse_keeping_the_older() {
+        let fifo = DeltaFifo::new(None);
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.delete(cm("a", "2")).unwrap();
+        fifo.delete(cm("a", "3")).unwrap();
+        let (_, deltas, _) = pop_now(&fifo).unwrap();
+        assert_eq!(
+            deltas,
+            [
+                s(DeltaType::Added, "1", false),
+                s(DeltaType::Deleted, "2", false)
+            ]
+        );
+    }
+
+    #[test]
+    fn trailing_delete_after_a_tombstone_keeps_the_newer() {
+        let fifo = DeltaFifo::new(None);
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.replace(vec![], "10").unwrap(); // tombstone for queued "a"
+        fifo.delete(cm("a", "2")).unwrap();
+        let (_, deltas, _) = pop_now(&fifo).unwrap();
+        assert_eq!(
+            deltas,
+            [
+                s(DeltaType::Added, "1", false),
+                s(DeltaType::Deleted, "2", false)
+            ]
+        );
+    }
+
+    #[test]
+    fn delete_of_a_key_neither_queued_nor_known_is_dropped() {
+        let fifo = DeltaFifo::new(None);
+        fifo.delete(cm("a", "1")).unwrap();
+        assert!(fifo.is_empty());
+        let (_store, fifo) = known_store(&[cm("other", "1")]);
+        fifo.delete(cm("a", "1")).unwrap();
+        assert!(fifo.is_empty());
+    }
+
+    #[test]
+    fn delete_of_a_known_key_is_queued() {
+        let (_store, fifo) = known_store(&[cm("a", "1")]);
+        fifo.delete(cm("a", "2")).unwrap();
+        assert_eq!(
+            pop_now(&fifo).unwrap().1,
+            [s(DeltaType::Deleted, "2", false)]
+        );
+    }
+
+    #[test]
+    fn replace_queues_every_listed_object_as_replaced() {
+        let fifo = DeltaFifo::new(None);
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.replace(vec![cm("a", "2"), cm("b", "2")], "7").unwrap();
+        assert_eq!(fifo.last_sync_resource_version(), "7");
+        assert_eq!(
+            pop_now(&fifo).unwrap().1,
+            [
+                s(DeltaType::Added, "1", false),
+                s(DeltaType::Replaced, "2", false)
+            ]
+        );
+        assert_eq!(
+            pop_now(&fifo).unwrap().1,
+            [s(DeltaType::Replaced, "2", false)]
+        );
+    }
+
+    #[test]
+    fn replace_emits_tombstone_for_queued_key_missing_from_list() {
+        let fifo = DeltaFifo::new(None);
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.update(cm("a", "2")).unwrap();
+        fifo.replace(vec![cm("b", "5")], "5").unwrap();
+        let (k, deltas, _) = pop_now(&fifo).unwrap();
+        assert_eq!(k, key("a"));
+        assert_eq!(
+            deltas.last(),
+            Some(&s(DeltaType::Deleted, "2", true)),
+            "tombstone carries the newest queued object"
+        );
+    }
+
+    #[test]
+    fn replace_tombstone_unwraps_a_queued_tombstone() {
+        let fifo = DeltaFifo::new(None);
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.replace(vec![], "5").unwrap();
+        fifo.replace(vec![], "6").unwrap();
+        let deltas = fifo.get_by_key("ns/a").unwrap();
+        assert_eq!(
+            summary(&deltas),
+            [
+                s(DeltaType::Added, "1", false),
+                s(DeltaType::Deleted, "1", true)
+            ]
+        );
+        let DeltaObject::DeletedFinalStateUnknown(t) = &deltas[1].object else {
+            panic!("not a tombstone")
+        };
+        assert_eq!(t.key, key("a"));
+    }
+
+    #[test]
+    fn replace_emits_tombstone_for_known_key_missing_from_list() {
+        let (_store, fifo) = known_store(&[cm("a", "1"), cm("b", "1")]);
+        fifo.replace(vec![cm("b", "2")], "2").unwrap();
+        assert_eq!(fifo.list_keys(), [key("b"), key("a")]);
+        let deltas = fifo.get_by_key("ns/a").unwrap();
+        assert_eq!(summary(&deltas), [s(DeltaType::Deleted, "1", true)]);
+    }
+
+    #[test]
+    fn replace_gives_a_known_key_with_queued_deltas_only_one_tombstone() {
+        let (_store, fifo) = known_store(&[cm("a", "1")]);
+        fifo.update(cm("a", "2")).unwrap();
+        fifo.replace(vec![], "3").unwrap();
+        assert_eq!(
+            summary(&fifo.get_by_key("ns/a").unwrap()),
+            [
+                s(DeltaType::Updated, "2", false),
+                s(DeltaType::Deleted, "2", true)
+            ]
+        );
+        assert_eq!(fifo.len(), 1);
+    }
+
+    #[test]
+    fn replace_checks_every_key_before_changing_anything() {
+        let fifo = DeltaFifo::new(None);
+        fifo.add(cm("a", "1")).unwrap();
+        let err = fifo
+            .replace(vec![cm("b", "1"), ConfigMap::default()], "9")
+            .unwrap_err();
+        assert_eq!(err, FifoError::Key(KeyError::MissingName));
+        assert_eq!(fifo.list_keys(), [key("a")]);
+        assert_eq!(fifo.get_by_key("ns/a").unwrap().len(), 1);
+        assert_eq!(fifo.last_sync_resource_version(), "");
+    }
+
+    #[test]
+    fn object_without_name_is_a_typed_error() {
+        let fifo = DeltaFifo::<ConfigMap>::new(None);
+        for result in [
+            fifo.add(ConfigMap::default()),
+            fifo.update(ConfigMap::default()),
+            fifo.delete(ConfigMap::default()),
+        ] {
+            assert_eq!(result, Err(FifoError::Key(KeyError::MissingName)));
+        }
+        assert!(fifo.is_empty());
+    }
+
+    #[test]
+    fn has_synced_after_the_first_replace_has_been_popped() {
+        let (_store, fifo) = known_store(&[cm("gone", "1")]);
+        assert!(!fifo.has_synced());
+        fifo.replace(vec![cm("a", "1"), cm("b", "1")], "1").unwrap();
+        // Two listed items plus one tombstone for the known "gone".
+        for _ in 0..3 {
+            assert!(!fifo.has_synced());
+            let (_, _, initial) = pop_now(&fifo).unwrap();
+            assert!(
+                initial,
+                "items of the first replace are in the initial list"
+            );
+        }
+        assert!(fifo.has_synced());
+        fifo.add(cm("c", "1")).unwrap();
+        assert!(
+            !pop_now(&fifo).unwrap().2,
+            "later items are not in the initial list"
+        );
+    }
+
+    #[test]
+    fn only_the_first_replace_sets_the_initial_population() {
+        let fifo = DeltaFifo::new(None);
+        fifo.replace(vec![cm("a", "1")], "1").unwrap();
+        fifo.replace(vec![cm("a", "2"), cm("b", "2"), cm("c", "2")], "2")
+            .unwrap();
+        pop_now(&fifo).unwrap();
+        assert!(fifo.has_synced());
+        assert!(!pop_now(&fifo).unwrap().2);
+    }
+
+    #[test]
+    fn any_producer_call_before_replace_populates_and_syncs() {
+        let fifo = DeltaFifo::new(None);
+        fifo.delete(cm("a", "1")).unwrap(); // dropped, but populates as in client-go
+        assert!(fifo.has_synced());
+        fifo.replace(vec![cm("a", "1")], "1").unwrap();
+        assert!(fifo.has_synced());
+    }
+
+    #[test]
+    fn resync_queues_sync_for_known_keys_with_nothing_queued() {
+        let (_store, fifo) = known_store(&[cm("a", "1"), cm("b", "1")]);
+        fifo.update(cm("a", "2")).unwrap();
+        fifo.resync().unwrap();
+        assert_eq!(
+            summary(&fifo.get_by_key("ns/a").unwrap()),
+            [s(DeltaType::Updated, "2", false)]
+        );
+        assert_eq!(
+            summary(&fifo.get_by_key("ns/b").unwrap()),
+            [s(DeltaType::Sync, "1", false)]
+        );
+        let fifo = DeltaFifo::<ConfigMap>::new(None);
+        fifo.resync().unwrap();
+        assert!(fifo.is_empty());
+    }
+
+    #[test]
+    fn transform_applies_at_enqueue_but_not_to_sync_or_tombstones() {
+        let (_store, fifo) = known_store(&[cm("known", "1"), cm("gone", "1")]);
+        let fifo = fifo.with_transform(Arc::new(|mut o: ConfigMap| {
+            o.metadata.resource_version = Some("T".into());
+            o
+        }));
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.update(cm("a", "2")).unwrap();
+        fifo.delete(cm("a", "3")).unwrap();
+        fifo.replace(vec![cm("known", "2")], "2").unwrap();
+        assert_eq!(
+            summary(&fifo.get_by_key("ns/a").unwrap()),
+            [
+                s(DeltaType::Added, "T", false),
+                s(DeltaType::Updated, "T", false),
+                s(DeltaType::Deleted, "T", false)
+            ]
+        );
+        assert_eq!(
+            summary(&fifo.get_by_key("ns/known").unwrap()),
+            [s(DeltaType::Replaced, "T", false)]
+        );
+        assert_eq!(
+            summary(&fifo.get_by_key("ns/gone").unwrap()),
+            [s(DeltaType::Deleted, "1", true)]
+        );
+        while pop_now(&fifo).is_some() {}
+        fifo.resync().unwrap();
+        assert_eq!(
+            summary(&fifo.get_by_key("ns/known").unwrap()),
+            [s(DeltaType::Sync, "1", false)]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pop_waits_for_work() {
+        let fifo = Arc::new(DeltaFifo::new(None));
+        let popper = tokio::spawn({
+            let fifo = Arc::clone(&fifo);
+            async move { fifo.pop(|deltas, _| summary(&deltas)).await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!popper.is_finished());
+        fifo.add(cm("a", "1")).unwrap();
+        let popped = tokio::time::timeout(Duration::from_secs(5), popper)
+            .await
+            .expect("pop likely deadlocked");
+        assert_eq!(popped.unwrap().unwrap(), [s(DeltaType::Added, "1", false)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pop_is_cancel_safe() {
+        let fifo = DeltaFifo::new(None);
+        // Cancelled while waiting: nothing lost, and the next pop still sees later work.
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), fifo.pop(|_, _| ()))
+                .await
+                .is_err()
+        );
+        fifo.add(cm("a", "1")).unwrap();
+        let popped =
+            tokio::time::timeout(Duration::from_secs(5), fifo.pop(|d, _| summary(&d))).await;
+        assert_eq!(
+            popped.expect("pop likely deadlocked").unwrap(),
+            [s(DeltaType::Added, "1", false)]
+        );
+        // A pop future created but never polled takes nothing.
+        fifo.add(cm("b", "1")).unwrap();
+        drop(fifo.pop(|_, _| ()));
+        assert_eq!(fifo.list_keys(), [key("b")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn close_wakes_a_waiting_pop_and_pop_drains_before_reporting_closed() {
+        let fifo = Arc::new(DeltaFifo::new(None));
+        let popper = tokio::spawn({
+            let fifo = Arc::clone(&fifo);
+            async move { fifo.pop(|_, _| ()).await }
+        });
+        tokio::task::yield_now().await;
+        fifo.close();
+        assert!(fifo.is_closed());
+        let popped = tokio::time::timeout(Duration::from_secs(5), popper)
+            .await
+            .expect("pop likely deadlocked");
+        assert_eq!(popped.unwrap(), Err(FifoError::Closed));
+        fifo.add(cm("a", "1")).unwrap();
+        assert!(fifo.pop(|_, _| ()).await.is_ok());
+        assert_eq!(fifo.pop(|_, _| ()).await, Err(FifoError::Closed));
+    }
+
+    #[test]
+    fn fifo_and_pop_future_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync>(_: &T) {}
+        fn assert_send<T: Send>(_: &T) {}
+        let fifo = DeltaFifo::<ConfigMap>::new(None);
+        assert_send_sync(&fifo);
+        assert_send(&fifo.pop(|_, _| ()));
+    }
+}

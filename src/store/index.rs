@@ -1,0 +1,123 @@
+//! Index functions and the per-index value → keys map (client-go `tools/cache/index.go`).
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use kube::Resource;
+
+use super::{KeyError, ObjectKey};
+
+/// An index function: maps an object to the zero or more values it is indexed under
+/// (client-go's `IndexFunc`, which cannot fail here: an object it has nothing to say about
+/// simply yields no value).
+pub type IndexFn<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
+
+/// Named index functions (client-go's `Indexers`).
+pub type Indexers<K> = HashMap<String, IndexFn<K>>;
+
+/// The name of the built-in namespace index (client-go's `cache.NamespaceIndex`).
+pub const NAMESPACE_INDEX: &str = "namespace";
+
+/// The namespace index function (client-go's `MetaNamespaceIndexFunc`): an object is indexed
+/// under its `metadata.namespace`, so cluster-scoped objects land under `""` as in client-go.
+pub fn namespace_index_fn<K: Resource>() -> IndexFn<K> {
+    Arc::new(|obj: &K| vec![obj.meta().namespace.clone().unwrap_or_default()])
+}
+
+/// Why an index operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexError {
+    /// No index with this name was registered.
+    #[error("index {0:?} does not exist")]
+    NoSuchIndex(String),
+    /// An index with this name is already registered (client-go's "indexer conflict").
+    #[error("index {0:?} already exists")]
+    DuplicateIndex(String),
+    /// The object has no valid key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
+/// Index values → keys of the objects indexed under them, for one index (client-go's `Index`).
+#[derive(Default)]
+pub(super) struct Index {
+    values: HashMap<String, HashSet<ObjectKey>>,
+}
+
+/// Below this many values a linear `contains` beats building a set to diff old and new values.
+const LINEAR_DIFF_MAX: usize = 8;
+
+impl Index {
+    pub(super) fn with_capacity(n: usize) -> Self {
+        Self {
+            values: HashMap::with_capacity(n),
+        }
+    }
+
+    pub(super) fn add(&mut self, key: &ObjectKey, values: Vec<String>) {
+        for value in values {
+            self.add_one(key, value);
+        }
+    }
+
+    fn add_one(&mut self, key: &ObjectKey, value: String) {
+        self.values.entry(value).or_default().insert(key.clone());
+    }
+
+    pub(super) fn remove(&mut self, key: &ObjectKey, values: &[String]) {
+        for value in values {
+            self.remove_one(key, value);
+        }
+    }
+
+    fn remove_one(&mut self, key: &ObjectKey, value: &str) {
+        if let Some(keys) = self.values.get_mut(value) {
+            keys.remove(key);
+            // An empty set would keep its value listed by `list_index_func_values` and leak
+            // memory as values churn (client-go thread_safe_store.go deleteKeyFromIndex).
+            if keys.is_empty() {
+                self.values.remove(value);
+            }
+        }
+    }
+
+    /// Moves `key` from its `old` values to its `new` ones, touching only the values that
+    /// differ (client-go only short-cuts the single unchanged value; a label index with many
+    /// values would otherwise rehash every one of them on each update).
+    pub(super) fn update(&mut self, key: &ObjectKey, old: Vec<String>, new: Vec<String>) {
+        if old == new {
+            return;
+        }
+        if old.len() <= LINEAR_DIFF_MAX && new.len() <= LINEAR_DIFF_MAX {
+            for value in old.iter().filter(|v| !new.contains(v)) {
+                self.remove_one(key, value);
+            }
+            for value in new.into_iter().filter(|v| !old.contains(v)) {
+                self.add_one(key, value);
+            }
+        } else {
+            let old_set: HashSet<&str> = old.iter().map(String::as_str).collect();
+            let new_set: HashSet<&str> = new.iter().map(String::as_str).collect();
+            for value in old_set.difference(&new_set) {
+                self.remove_one(key, value);
+            }
+            let added: Vec<String> = new_set
+                .difference(&old_set)
+                .map(|v| (*v).to_owned())
+                .collect();
+            for value in added {
+                self.add_one(key, value);
+            }
+        }
+    }
+
+    pub(super) fn keys(&self, value: &str) -> Option<&HashSet<ObjectKey>> {
+        self.values.get(value)
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &String> {
+        self.values.keys()
+    }
+}
