@@ -1,21 +1,56 @@
 //! Kubernetes client-go style informers for Rust.
 //!
 //! `kube-informer` ports client-go's informer machinery (`tools/cache`, `informers`,
-//! `util/workqueue`) onto [`kube`]'s `Client`: a reflector lists and watches with client-go's
-//! resourceVersion rules, feeds a DeltaFIFO, whose pops update a thread-safe indexer and fan
-//! out to per-handler buffered listeners; listers read the cache; a rate-limited workqueue drives
-//! your workers.
+//! `util/workqueue`) onto [`kube`]'s `Client`:
+//!
+//! ```text
+//! API server ─list/watch─▶ Reflector ─deltas─▶ DeltaFifo ─pop─▶ handle_deltas ─▶ Indexer ◀─ Lister
+//!                                                                     │
+//!                                                      SharedProcessor ─▶ one buffered listener
+//!                                                                         (own thread) per handler
+//!                                                                     │
+//!                                                    your handler ─▶ WorkQueue ─▶ your workers
+//! ```
+//!
+//! - [`reflector`]: lists and watches with client-go's resourceVersion rules (relist on 410,
+//!   paging, bookmarks, backoff, streaming lists).
+//! - [`fifo`]: the [`DeltaFifo`], with `DeletedFinalStateUnknown` tombstones for deletions
+//!   inferred from a relist.
+//! - [`store`]: the thread-safe, indexed cache of `Arc<K>`.
+//! - [`informer`]: [`SharedIndexInformer`], handlers with old and new objects, per-handler
+//!   buffers, resync, late registration, removable handlers.
+//! - [`factory`]: [`SharedInformerFactory`], one informer per type.
+//! - [`lister`]: typed reads, by namespace from the namespace index.
+//! - [`workqueue`]: dedup'ing, rate-limited work queues.
+//! - `testing` (feature): an in-process fake API server for tests.
+//!
+//! Objects are decoded once and shared as `Arc<K>` by the cache, the FIFO, every handler and every
+//! lister read.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod factory;
 pub mod fifo;
+pub mod informer;
+pub mod lister;
+pub mod reflector;
 pub mod store;
+pub mod transform;
 
+pub use factory::{FactoryConfig, SharedInformerFactory};
 pub use fifo::{
     DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
     KnownObjects, TransformFn,
 };
+pub use informer::{
+    Event, EventStream, FilteringResourceEventHandler, InformerConfig, InformerError,
+    ResourceEventHandler, ResourceEventHandlerFuncs, ResourceEventHandlerRegistration,
+    SharedIndexInformer,
+};
+pub use lister::{Lister, NamespaceLister};
+pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
 pub use store::{
     IndexError, IndexFn, Indexer, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey, key_of,
     namespace_index_fn, split_key,
 };
+pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};

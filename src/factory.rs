@@ -1,0 +1,440 @@
+//! The shared informer factory: one informer per resource type, started and stopped together
+//! (client-go `informers/factory.go`).
+
+use std::{
+    any::{Any, TypeId},
+    collections::{BTreeMap, HashMap},
+    fmt::Debug,
+    sync::Arc,
+    time::Duration,
+};
+
+use futures::{FutureExt, future::BoxFuture};
+use kube::{
+    Client, Resource,
+    api::{ApiResource, DynamicObject, PartialObjectMeta},
+};
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+
+use crate::{
+    informer::{InformerConfig, SharedIndexInformer},
+    lister::Lister,
+    reflector::{ApiListerWatcher, ReflectorConfig},
+    transform::{MetaTransformFn, meta_transform},
+};
+
+/// Factory options (client-go `SharedInformerOption`s).
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct FactoryConfig {
+    /// Watch only this namespace (namespaced resources); `None` for all namespaces.
+    pub namespace: Option<String>,
+    /// Label selector applied to every list and watch (client-go `WithTweakListOptions`).
+    pub label_selector: Option<String>,
+    /// Field selector applied to every list and watch.
+    pub field_selector: Option<String>,
+    /// Default resync period of every informer (client-go `defaultResync`). Zero: none.
+    pub default_resync: Duration,
+    /// Per-type resync periods (client-go `WithCustomResyncConfig`).
+    pub custom_resync: HashMap<TypeId, Duration>,
+    /// A metadata transform applied to every object of every informer (client-go
+    /// `WithTransform`), e.g. dropping managed fields.
+    pub transform: Option<MetaTransformFn>,
+    /// Reflector options of every informer.
+    pub reflector: ReflectorConfig,
+}
+
+impl Debug for FactoryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FactoryConfig")
+            .field("namespace", &self.namespace)
+            .field("label_selector", &self.label_selector)
+            .field("field_selector", &self.field_selector)
+            .field("default_resync", &self.default_resync)
+            .field("custom_resync", &self.custom_resync.len())
+            .field("transform", &self.transform.is_some())
+            .field("reflector", &self.reflector)
+            .finish()
+    }
+}
+
+impl FactoryConfig {
+    /// Sets [`Self::namespace`].
+    #[must_use]
+    pub fn namespace(mut self, ns: impl Into<String>) -> Self {
+        self.namespace = Some(ns.into());
+        self
+    }
+
+    /// Sets [`Self::label_selector`].
+    #[must_use]
+    pub fn labels(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+
+    /// Sets [`Self::field_selector`].
+    #[must_use]
+    pub fn fields(mut self, selector: impl Into<String>) -> Self {
+        self.field_selector = Some(selector.into());
+        self
+    }
+
+    /// Sets [`Self::default_resync`].
+    #[must_use]
+    pub fn default_resync(mut self, d: Duration) -> Self {
+        self.default_resync = d;
+        self
+    }
+
+    /// Sets the resync period of informers of type `K`.
+    #[must_use]
+    pub fn resync_for<K: 'static>(mut self, d: Duration) -> Self {
+        self.custom_resync.insert(TypeId::of::<K>(), d);
+        self
+    }
+
+    /// Sets [`Self::transform`].
+    #[must_use]
+    pub fn transform(
+        mut self,
+        f: impl Fn(&mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta)
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.transform = Some(Arc::new(f));
+        self
+    }
+
+    /// Drops `metadata.managedFields` from every cached object.
+    #[must_use]
+    pub fn strip_managed_fields(self) -> Self {
+        self.transform(|m| m.managed_fields = None)
+    }
+
+    /// Sets [`Self::reflector`].
+    #[must_use]
+    pub fn reflector(mut self, r: ReflectorConfig) -> Self {
+        self.reflector = r;
+        self
+    }
+}
+
+/// Type-erased operations the factory runs on all its informers.
+trait AnyInformer: Send + Sync {
+    fn start(&self);
+    fn has_synced(&self) -> bool;
+    fn wait_for_cache_sync(&self) -> BoxFuture<'static, bool>;
+    fn shutdown(&self) -> BoxFuture<'static, ()>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<K> AnyInformer for SharedIndexInformer<K>
+where
+    K: Resource + Send + Sync + 'static,
+{
+    fn start(&self) {
+        SharedIndexInformer::start(self);
+    }
+    fn has_synced(&self) -> bool {
+        SharedIndexInformer::has_synced(self)
+    }
+    fn wait_for_cache_sync(&self) -> BoxFuture<'static, bool> {
+        let me = self.clone();
+        async move { me.wait_for_cache_sync().await }.boxed()
+    }
+    fn shutdown(&self) -> BoxFuture<'static, ()> {
+        let me = self.clone();
+        async move { me.shutdown().await }.boxed()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+struct InformerKey {
+    name: String,
+    url: String,
+    metadata_only: bool,
+}
+
+struct Entry {
+    informer: Arc<dyn AnyInformer>,
+    started: bool,
+}
+
+/// Hands out one [`SharedIndexInformer`] per resource type (and per dynamic resource), and starts,
+/// syncs and stops them together (client-go `SharedInformerFactory`).
+///
+/// ```no_run
+/// use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+/// use kube::Client;
+/// use kube_informer::{FactoryConfig, ResourceEventHandlerFuncs, SharedInformerFactory};
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = Client::try_default().await?;
+/// let factory = SharedInformerFactory::new(client, FactoryConfig::default().strip_managed_fields());
+/// let pods = factory.informer::<Pod>();
+/// pods.add_event_handler(ResourceEventHandlerFuncs::new().on_add(|pod: &std::sync::Arc<Pod>, _| {
+///     println!("pod {:?}", pod.metadata.name);
+/// }))?;
+/// let config_maps = factory.lister::<ConfigMap>();
+/// factory.start();
+/// factory.wait_for_cache_sync().await;
+/// println!("{} config maps", config_maps.list(&Default::default()).len());
+/// factory.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SharedInformerFactory {
+    inner: Arc<FactoryInner>,
+}
+
+struct FactoryInner {
+    client: Client,
+    config: FactoryConfig,
+    informers: Mutex<BTreeMap<InformerKey, Entry>>,
+    shut_down: Mutex<bool>,
+}
+
+impl Debug for SharedInformerFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedInformerFactory")
+            .field("config", &self.inner.config)
+            .field(
+                "informers",
+                &self.inner.informers.lock().keys().collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl SharedInformerFactory {
+    /// A factory over `client`.
+    pub fn new(client: Client, config: FactoryConfig) -> Self {
+        Self {
+            inner: Arc::new(FactoryInner {
+                client,
+                config,
+                informers: Mutex::new(BTreeMap::new()),
+                shut_down: Mutex::new(false),
+            }),
+        }
+    }
+
+    fn namespace_for(&self, namespaced: bool) -> Option<&str> {
+        if namespaced {
+            self.inner.config.namespace.as_deref()
+        } else {
+            None
+        }
+    }
+
+    fn informer_config<K: 'static>(&self) -> InformerConfig {
+        let c = &self.inner.config;
+        let resync = c
+            .custom_resync
+            .get(&TypeId::of::<K>())
+            .copied()
+            .unwrap_or(c.default_resync);
+        InformerConfig::default()
+            .resync_period(resync)
+            .reflector(c.reflector.clone())
+    }
+
+    fn get_or_create<K>(
+        &self,
+        key: InformerKey,
+        make: impl FnOnce() -> SharedIndexInformer<K>,
+    ) -> SharedIndexInformer<K>
+    where
+        K: Resource + Send + Sync + 'static,
+    {
+        let mut map = self.inner.informers.lock();
+        if let Some(i) = map
+            .get(&key)
+            .and_then(|e| e.informer.as_any().downcast_ref::<SharedIndexInformer<K>>())
+        {
+            return i.clone();
+        }
+        let informer = make();
+        if let Some(t) = self.inner.config.transform.clone() {
+            // A new informer has not started: setting the transform cannot fail.
+            let _ = informer.set_transform(meta_transform::<K>(t));
+        }
+        map.insert(
+            key,
+            Entry {
+                informer: Arc::new(informer.clone()),
+                started: false,
+            },
+        );
+        informer
+    }
+
+    fn lister_watcher<K>(&self, url: String, metadata_only: bool) -> ApiListerWatcher<K> {
+        let c = &self.inner.config;
+        let mut lw = ApiListerWatcher::from_url(self.inner.client.clone(), url, metadata_only);
+        if let Some(l) = &c.label_selector {
+            lw = lw.labels(l);
+        }
+        if let Some(f) = &c.field_selector {
+            lw = lw.fields(f);
+        }
+        lw
+    }
+
+    /// The informer for `K` (the same one on every call).
+    pub fn informer<K>(&self) -> SharedIndexInformer<K>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+        K::Scope: 'static,
+    {
+        let ns = self.namespace_for(is_namespaced::<K>());
+        let url = K::url_path(&(), ns);
+        let key = InformerKey {
+            name: std::any::type_name::<K>().to_owned(),
+            url: url.clone(),
+            metadata_only: false,
+        };
+        self.get_or_create(key, || {
+            SharedIndexInformer::new(
+                self.lister_watcher::<K>(url, false),
+                self.informer_config::<K>(),
+            )
+        })
+    }
+
+    /// The lister of the informer for `K`.
+    pub fn lister<K>(&self) -> Lister<K>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+        K::Scope: 'static,
+    {
+        self.informer::<K>().lister()
+    }
+
+    /// A metadata-only informer for `K`: caches [`PartialObjectMeta<K>`], a fraction of the
+    /// memory of full objects.
+    pub fn metadata_informer<K>(&self) -> SharedIndexInformer<PartialObjectMeta<K>>
+    where
+        K: Resource<DynamicType = ()> + Send + Sync + 'static,
+        K::Scope: 'static,
+    {
+        let ns = self.namespace_for(is_namespaced::<K>());
+        let url = K::url_path(&(), ns);
+        let key = InformerKey {
+            name: std::any::type_name::<K>().to_owned(),
+            url: url.clone(),
+            metadata_only: true,
+        };
+        self.get_or_create(key, || {
+            SharedIndexInformer::new(
+                self.lister_watcher::<PartialObjectMeta<K>>(url, true),
+                self.informer_config::<PartialObjectMeta<K>>(),
+            )
+        })
+    }
+
+    /// A dynamic informer for the resource `ar` (for kinds known only at run time, such as
+    /// custom resources without Rust types). `namespaced` tells whether the resource is
+    /// namespaced (from discovery).
+    pub fn dynamic_informer(
+        &self,
+        ar: &ApiResource,
+        namespaced: bool,
+    ) -> SharedIndexInformer<DynamicObject> {
+        let ns = self.namespace_for(namespaced);
+        let url = DynamicObject::url_path(ar, ns);
+        let key = InformerKey {
+            name: format!("{}/{}/{}", ar.group, ar.version, ar.plural),
+            url: url.clone(),
+            metadata_only: false,
+        };
+        self.get_or_create(key, || {
+            SharedIndexInformer::new(
+                self.lister_watcher::<DynamicObject>(url, false),
+                self.informer_config::<DynamicObject>(),
+            )
+        })
+    }
+
+    /// Starts every informer requested since the last call (client-go `Start`). Non-blocking
+    /// and idempotent; does nothing after [`shutdown`](Self::shutdown).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start(&self) {
+        if *self.inner.shut_down.lock() {
+            return;
+        }
+        for e in self.inner.informers.lock().values_mut() {
+            if !e.started {
+                e.informer.start();
+                e.started = true;
+            }
+        }
+    }
+
+    /// Waits until every started informer has synced (client-go `WaitForCacheSync`); the map
+    /// tells, per informer, whether it synced (`false`: it was stopped first).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn wait_for_cache_sync(&self) -> BTreeMap<String, bool> {
+        let started: Vec<_> = self
+            .inner
+            .informers
+            .lock()
+            .iter()
+            .filter(|(_, e)| e.started)
+            .map(|(k, e)| {
+                (
+                    k.name.clone() + if k.metadata_only { " (metadata)" } else { "" },
+                    e.informer.clone(),
+                )
+            })
+            .collect();
+        let mut out = BTreeMap::new();
+        for (name, inf) in started {
+            let ok = inf.wait_for_cache_sync().await;
+            out.insert(name, ok);
+        }
+        out
+    }
+
+    /// True when every started informer has synced.
+    pub fn has_synced(&self) -> bool {
+        self.inner
+            .informers
+            .lock()
+            .values()
+            .filter(|e| e.started)
+            .all(|e| e.informer.has_synced())
+    }
+
+    /// Stops every informer and waits for all their tasks and handler threads to finish
+    /// (client-go `Shutdown`). Informers requested afterwards never start.
+    pub async fn shutdown(&self) {
+        *self.inner.shut_down.lock() = true;
+        let all: Vec<_> = self
+            .inner
+            .informers
+            .lock()
+            .values()
+            .map(|e| e.informer.clone())
+            .collect();
+        futures::future::join_all(all.iter().map(|i| i.shutdown())).await;
+    }
+}
+
+fn is_namespaced<K: Resource>() -> bool
+where
+    K::Scope: 'static,
+{
+    TypeId::of::<K::Scope>() != TypeId::of::<k8s_openapi::ClusterResourceScope>()
+}

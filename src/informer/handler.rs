@@ -1,0 +1,228 @@
+//! Event handlers: what an informer calls for each change.
+
+use std::sync::Arc;
+
+use crate::fifo::DeltaObject;
+
+/// Receives an informer's notifications (client-go `ResourceEventHandler`).
+///
+/// Each registered handler is called from its own thread, one notification at a time and in
+/// order, so it may keep state in `&mut self` and may block without delaying other handlers or
+/// the informer; notifications wait in the handler's own unbounded buffer meanwhile. A panic in a
+/// handler is caught and logged and the handler goes on with the next notification.
+///
+/// Objects are shared `Arc`s straight from the cache: never copy them to read them.
+pub trait ResourceEventHandler<K>: Send + 'static {
+    /// An object appeared. `is_in_initial_list` is true while the informer is delivering its
+    /// initial list (and for the replay a late-registered handler receives).
+    fn on_add(&mut self, obj: &Arc<K>, is_in_initial_list: bool) {
+        let _ = (obj, is_in_initial_list);
+    }
+
+    /// An object changed: the cached version before and after. On a resync `old` and `new` carry
+    /// the same resourceVersion.
+    fn on_update(&mut self, old: &Arc<K>, new: &Arc<K>) {
+        let _ = (old, new);
+    }
+
+    /// An object was deleted. The value is the last known object, or a
+    /// [`DeletedFinalStateUnknown`](crate::fifo::DeletedFinalStateUnknown) tombstone when the
+    /// deletion was inferred from a relist (the watch missed it); both give the object through
+    /// [`DeltaObject::object`], so the tombstone case cannot be forgotten.
+    fn on_delete(&mut self, obj: &DeltaObject<K>) {
+        let _ = obj;
+    }
+}
+
+/// A handler built from closures (client-go `ResourceEventHandlerFuncs`); unset callbacks do
+/// nothing.
+///
+/// ```
+/// use kube_informer::ResourceEventHandlerFuncs;
+/// use k8s_openapi::api::core::v1::Pod;
+/// let handler = ResourceEventHandlerFuncs::<Pod>::new()
+///     .on_add(|pod, _initial| println!("added {:?}", pod.metadata.name))
+///     .on_delete(|d| println!("deleted {:?}", d.object().metadata.name));
+/// ```
+pub struct ResourceEventHandlerFuncs<K> {
+    add: Option<Box<AddFn<K>>>,
+    update: Option<Box<UpdateFn<K>>>,
+    delete: Option<Box<DeleteFn<K>>>,
+}
+
+type AddFn<K> = dyn FnMut(&Arc<K>, bool) + Send;
+type UpdateFn<K> = dyn FnMut(&Arc<K>, &Arc<K>) + Send;
+type DeleteFn<K> = dyn FnMut(&DeltaObject<K>) + Send;
+
+impl<K> Default for ResourceEventHandlerFuncs<K> {
+    fn default() -> Self {
+        Self {
+            add: None,
+            update: None,
+            delete: None,
+        }
+    }
+}
+
+impl<K> ResourceEventHandlerFuncs<K> {
+    /// A handler that does nothing until callbacks are set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the add callback.
+    #[must_use]
+    pub fn on_add(mut self, f: impl FnMut(&Arc<K>, bool) + Send + 'static) -> Self {
+        self.add = Some(Box::new(f));
+        self
+    }
+
+    /// Sets the update callback.
+    #[must_use]
+    pub fn on_update(mut self, f: impl FnMut(&Arc<K>, &Arc<K>) + Send + 'static) -> Self {
+        self.update = Some(Box::new(f));
+        self
+    }
+
+    /// Sets the delete callback.
+    #[must_use]
+    pub fn on_delete(mut self, f: impl FnMut(&DeltaObject<K>) + Send + 'static) -> Self {
+        self.delete = Some(Box::new(f));
+        self
+    }
+}
+
+impl<K: Send + Sync + 'static> ResourceEventHandler<K> for ResourceEventHandlerFuncs<K> {
+    fn on_add(&mut self, obj: &Arc<K>, initial: bool) {
+        if let Some(f) = &mut self.add {
+            f(obj, initial);
+        }
+    }
+    fn on_update(&mut self, old: &Arc<K>, new: &Arc<K>) {
+        if let Some(f) = &mut self.update {
+            f(old, new);
+        }
+    }
+    fn on_delete(&mut self, obj: &DeltaObject<K>) {
+        if let Some(f) = &mut self.delete {
+            f(obj);
+        }
+    }
+}
+
+/// Passes on only the objects a filter accepts (client-go `FilteringResourceEventHandler`).
+///
+/// An update is translated by whether the old and new objects pass: both → update; only the new
+/// one → add; only the old one → delete (of the old object, the last version that passed);
+/// neither → nothing.
+pub struct FilteringResourceEventHandler<K, F, H> {
+    filter: F,
+    handler: H,
+    _k: std::marker::PhantomData<fn(K)>,
+}
+
+impl<K, F, H> FilteringResourceEventHandler<K, F, H>
+where
+    F: FnMut(&K) -> bool + Send + 'static,
+    H: ResourceEventHandler<K>,
+{
+    /// Wraps `handler` so it sees only objects for which `filter` returns true.
+    pub fn new(filter: F, handler: H) -> Self {
+        Self {
+            filter,
+            handler,
+            _k: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K, F, H> ResourceEventHandler<K> for FilteringResourceEventHandler<K, F, H>
+where
+    K: Send + Sync + 'static,
+    F: FnMut(&K) -> bool + Send + 'static,
+    H: ResourceEventHandler<K>,
+{
+    fn on_add(&mut self, obj: &Arc<K>, initial: bool) {
+        if (self.filter)(obj) {
+            self.handler.on_add(obj, initial);
+        }
+    }
+
+    fn on_update(&mut self, old: &Arc<K>, new: &Arc<K>) {
+        match ((self.filter)(old), (self.filter)(new)) {
+            (true, true) => self.handler.on_update(old, new),
+            (false, true) => self.handler.on_add(new, false),
+            (true, false) => self.handler.on_delete(&DeltaObject::Object(old.clone())),
+            (false, false) => {}
+        }
+    }
+
+    fn on_delete(&mut self, obj: &DeltaObject<K>) {
+        if (self.filter)(obj.object()) {
+            self.handler.on_delete(obj);
+        }
+    }
+}
+
+/// One notification, as delivered to a handler or by [`SharedIndexInformer::subscribe`](super::SharedIndexInformer::subscribe).
+#[derive(Debug)]
+pub enum Event<K> {
+    /// See [`ResourceEventHandler::on_add`].
+    Add {
+        /// The new object.
+        obj: Arc<K>,
+        /// Part of the initial list (or a late handler's replay).
+        is_in_initial_list: bool,
+    },
+    /// See [`ResourceEventHandler::on_update`].
+    Update {
+        /// The cached object before.
+        old: Arc<K>,
+        /// The cached object after.
+        new: Arc<K>,
+    },
+    /// See [`ResourceEventHandler::on_delete`].
+    Delete(DeltaObject<K>),
+}
+
+impl<K> Clone for Event<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Add {
+                obj,
+                is_in_initial_list,
+            } => Self::Add {
+                obj: obj.clone(),
+                is_in_initial_list: *is_in_initial_list,
+            },
+            Self::Update { old, new } => Self::Update {
+                old: old.clone(),
+                new: new.clone(),
+            },
+            Self::Delete(d) => Self::Delete(d.clone()),
+        }
+    }
+}
+
+impl<K> Event<K> {
+    pub(crate) fn dispatch<H: ResourceEventHandler<K> + ?Sized>(&self, h: &mut H) {
+        match self {
+            Self::Add {
+                obj,
+                is_in_initial_list,
+            } => h.on_add(obj, *is_in_initial_list),
+            Self::Update { old, new } => h.on_update(old, new),
+            Self::Delete(d) => h.on_delete(d),
+        }
+    }
+
+    pub(crate) fn is_initial_add(&self) -> bool {
+        matches!(
+            self,
+            Self::Add {
+                is_in_initial_list: true,
+                ..
+            }
+        )
+    }
+}

@@ -1,0 +1,596 @@
+//! The shared index informer: reflector → DeltaFIFO → `handle_deltas` → indexer + listeners
+//! (client-go `tools/cache/shared_informer.go`, `controller.go`).
+
+mod handler;
+mod processor;
+mod registration;
+
+use std::{
+    future::Future,
+    sync::{Arc, Weak},
+    time::Duration,
+};
+
+use kube::Resource;
+use parking_lot::Mutex;
+use tokio::{sync::watch, task::JoinHandle};
+
+pub use handler::{
+    Event, FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs,
+};
+use processor::{Listener, Processor, determine_resync_period};
+pub use registration::{EventStream, ResourceEventHandlerRegistration};
+
+use crate::{
+    fifo::{DeltaFifo, DeltaObject, DeltaType, Deltas, KnownObjects, TransformFn},
+    lister::Lister,
+    reflector::{ListerWatcher, Reflector, ReflectorConfig, ReflectorStatus, WatchErrorHandler},
+    store::{IndexError, Indexer, Indexers, key_of},
+};
+
+/// client-go `minimumResyncPeriod`: shorter requested periods are raised to this.
+pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
+
+/// Errors of informer configuration calls.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InformerError {
+    /// The call is only allowed before the informer starts (client-go returns the same error
+    /// from `SetTransform` and `SetWatchErrorHandler`).
+    #[error("informer has already started")]
+    AlreadyStarted,
+    /// The informer has been stopped; it cannot take handlers or run again.
+    #[error("informer has been stopped")]
+    Stopped,
+    /// Adding indexers failed.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// Informer options.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct InformerConfig {
+    /// The default resync period of handlers added without one (client-go
+    /// `defaultEventHandlerResyncPeriod`); also the initial resync check period. Zero: no resync.
+    pub resync_period: Duration,
+    /// Reflector options (paging, watch timeouts, backoff, streaming list).
+    pub reflector: ReflectorConfig,
+}
+
+impl InformerConfig {
+    /// Sets [`Self::resync_period`].
+    #[must_use]
+    pub fn resync_period(mut self, d: Duration) -> Self {
+        self.resync_period = d;
+        self
+    }
+
+    /// Sets [`Self::reflector`].
+    #[must_use]
+    pub fn reflector(mut self, r: ReflectorConfig) -> Self {
+        self.reflector = r;
+        self
+    }
+}
+
+/// A shared, indexed informer for objects of type `K` (client-go `SharedIndexInformer`).
+///
+/// Cheap to clone: clones are the same informer. Register handlers with
+/// [`add_event_handler`](Self::add_event_handler) (before or after starting), read the cache with
+/// [`lister`](Self::lister) or [`indexer`](Self::indexer), and run it with
+/// [`run`](Self::run) or [`start`](Self::start).
+pub struct SharedIndexInformer<K> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K> Clone for SharedIndexInformer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for SharedIndexInformer<K>
+where
+    K: Resource + Send + Sync + 'static,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.state.lock();
+        f.debug_struct("SharedIndexInformer")
+            .field("type", &std::any::type_name::<K>())
+            .field("started", &st.started)
+            .field("stopped", &st.stopped)
+            .field("objects", &self.inner.indexer.len())
+            .finish()
+    }
+}
+
+pub(crate) struct Inner<K> {
+    lw: Arc<dyn ListerWatcher<K>>,
+    indexer: Indexer<K>,
+    processor: Processor<K>,
+    state: Mutex<State<K>>,
+    /// Held while deltas are applied, and while a late handler is replayed the cache, so the
+    /// replay and live notifications never interleave (client-go `blockDeltas`).
+    block_deltas: Mutex<()>,
+    shutdown: watch::Sender<bool>,
+    reflector_config: ReflectorConfig,
+}
+
+struct State<K> {
+    started: bool,
+    stopped: bool,
+    resync_check_period: Duration,
+    default_resync: Duration,
+    transform: Option<TransformFn<K>>,
+    error_handler: Option<WatchErrorHandler>,
+    fifo: Option<Arc<DeltaFifo<K>>>,
+    reflector: Option<ReflectorStatus>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl<K> SharedIndexInformer<K>
+where
+    K: Resource + Send + Sync + 'static,
+{
+    /// An informer over `lw` with the namespace index.
+    pub fn new(lw: impl ListerWatcher<K>, config: InformerConfig) -> Self {
+        Self::from_arc(Arc::new(lw), config)
+    }
+
+    /// Like [`new`](Self::new) with a shared lister-watcher.
+    pub fn from_arc(lw: Arc<dyn ListerWatcher<K>>, config: InformerConfig) -> Self {
+        let (shutdown, _) = watch::channel(false);
+        Self {
+            inner: Arc::new(Inner {
+                lw,
+                indexer: Indexer::new(),
+                processor: Processor::new(),
+                state: Mutex::new(State {
+                    started: false,
+                    stopped: false,
+                    resync_check_period: config.resync_period,
+                    default_resync: config.resync_period,
+                    transform: None,
+                    error_handler: None,
+                    fifo: None,
+                    reflector: None,
+                    task: None,
+                }),
+                block_deltas: Mutex::new(()),
+                shutdown,
+                reflector_config: config.reflector,
+            }),
+        }
+    }
+
+    /// Registers a handler with the informer's default resync period.
+    ///
+    /// Added after start, the handler is first replayed the whole cache as adds with
+    /// `is_in_initial_list = true`, then sees live changes.
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Stopped`] once the informer has been stopped.
+    pub fn add_event_handler(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+    ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
+        let period = self.inner.state.lock().default_resync;
+        self.add_event_handler_with_resync_period(handler, period)
+    }
+
+    /// Registers a handler with its own resync period (client-go
+    /// `AddEventHandlerWithResyncPeriod`): zero for none, below [`MINIMUM_RESYNC_PERIOD`] raised
+    /// to it; shorter than the informer's check period, it lowers the check period before start
+    /// and is raised to it after.
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Stopped`] once the informer has been stopped.
+    pub fn add_event_handler_with_resync_period(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+        resync_period: Duration,
+    ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
+        let listener = self.add_listener(resync_period)?;
+        listener.spawn_handler(
+            Box::new(handler),
+            format!(
+                "informer-{}-handler-{}",
+                short_type_name::<K>(),
+                listener.id
+            ),
+        );
+        Ok(ResourceEventHandlerRegistration::new(
+            listener,
+            Arc::downgrade(&self.inner),
+        ))
+    }
+
+    /// The same notifications as a handler would get, as an async `Stream`, with its own buffer.
+    /// Dropping the stream removes the subscription.
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Stopped`] once the informer has been stopped.
+    pub fn subscribe(&self) -> Result<EventStream<K>, InformerError> {
+        let period = self.inner.state.lock().default_resync;
+        let listener = self.add_listener(period)?;
+        Ok(EventStream::new(listener, Arc::downgrade(&self.inner)))
+    }
+
+    fn add_listener(&self, requested: Duration) -> Result<Arc<Listener<K>>, InformerError> {
+        let inner = &self.inner;
+        let mut st = inner.state.lock();
+        if st.stopped {
+            return Err(InformerError::Stopped);
+        }
+        let mut requested = requested;
+        if !requested.is_zero() {
+            requested = requested.max(MINIMUM_RESYNC_PERIOD);
+            if requested < st.resync_check_period {
+                if st.started {
+                    tracing::warn!(
+                        requested = ?requested,
+                        check_period = ?st.resync_check_period,
+                        "resync period is shorter than the running informer's check period; raised"
+                    );
+                    requested = st.resync_check_period;
+                } else {
+                    st.resync_check_period = requested;
+                    inner.processor.resync_check_period_changed(requested);
+                }
+            }
+        }
+        let period = determine_resync_period(requested, st.resync_check_period);
+        let listener = Listener::new(inner.processor.next_id(), requested, period);
+        if !st.started {
+            inner.processor.add(listener.clone());
+            return Ok(listener);
+        }
+        drop(st);
+        // Late join: no deltas may be applied between the snapshot and the registration.
+        let _block = inner.block_deltas.lock();
+        inner.processor.add(listener.clone());
+        listener.start_resync_clock(tokio::time::Instant::now());
+        for obj in inner.indexer.list() {
+            listener.queue.push(Event::Add {
+                obj,
+                is_in_initial_list: true,
+            });
+        }
+        Ok(listener)
+    }
+
+    /// Removes a handler (client-go `RemoveEventHandler`); its thread finishes the notification
+    /// in hand and stops. Removing twice is harmless.
+    pub fn remove_event_handler(&self, registration: &ResourceEventHandlerRegistration<K>) {
+        self.inner.remove_listener(registration.id());
+    }
+
+    /// Adds indexes; works before and after start (existing objects are indexed at once).
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Index`] for a name already in use.
+    pub fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), InformerError> {
+        // Block deltas so no object is added between indexing the cache and the new index
+        // taking effect.
+        let _block = self.inner.block_deltas.lock();
+        self.inner.indexer.add_indexers(indexers)?;
+        Ok(())
+    }
+
+    /// Sets a transform applied to each object before it is cached (for example
+    /// [`strip_managed_fields`](crate::strip_managed_fields)).
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::AlreadyStarted`] after start.
+    pub fn set_transform(&self, transform: TransformFn<K>) -> Result<(), InformerError> {
+        let mut st = self.inner.state.lock();
+        if st.started {
+            return Err(InformerError::AlreadyStarted);
+        }
+        st.transform = Some(transform);
+        Ok(())
+    }
+
+    /// Sets the handler that sees every list/watch error.
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::AlreadyStarted`] after start.
+    pub fn set_watch_error_handler(&self, handler: WatchErrorHandler) -> Result<(), InformerError> {
+        let mut st = self.inner.state.lock();
+        if st.started {
+            return Err(InformerError::AlreadyStarted);
+        }
+        st.error_handler = Some(handler);
+        Ok(())
+    }
+
+    /// The cache (client-go `GetIndexer`).
+    pub fn indexer(&self) -> Indexer<K> {
+        self.inner.indexer.clone()
+    }
+
+    /// A lister over the cache.
+    pub fn lister(&self) -> Lister<K> {
+        Lister::new(self.inner.indexer.clone())
+    }
+
+    /// True once the initial list has been fully delivered into the cache.
+    pub fn has_synced(&self) -> bool {
+        self.inner.has_synced()
+    }
+
+    /// Waits until [`has_synced`](Self::has_synced), or returns `false` if the informer stops
+    /// first.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn wait_for_cache_sync(&self) -> bool {
+        let mut stopped = self.inner.shutdown.subscribe();
+        loop {
+            if self.has_synced() {
+                return true;
+            }
+            if *stopped.borrow_and_update() || self.is_stopped() {
+                return false;
+            }
+            tokio::select! {
+                _ = stopped.changed() => {}
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+    }
+
+    /// The resourceVersion the informer last saw (client-go `LastSyncResourceVersion`).
+    pub fn last_sync_resource_version(&self) -> String {
+        self.inner
+            .state
+            .lock()
+            .reflector
+            .as_ref()
+            .map(ReflectorStatus::last_sync_resource_version)
+            .unwrap_or_default()
+    }
+
+    /// True once the informer has been started.
+    pub fn is_started(&self) -> bool {
+        self.inner.state.lock().started
+    }
+
+    /// True once the informer has stopped (client-go `IsStopped`).
+    pub fn is_stopped(&self) -> bool {
+        self.inner.state.lock().stopped
+    }
+
+    /// Spawns [`run`](Self::run) on the current tokio runtime. Idempotent: a second call does
+    /// nothing.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn start(&self) {
+        let mut st = self.inner.state.lock();
+        if st.started || st.stopped || st.task.is_some() {
+            return;
+        }
+        let me = self.clone();
+        st.task = Some(tokio::spawn(async move { me.run().await }));
+    }
+
+    /// Runs the informer until [`shutdown`](Self::shutdown) is called: the reflector lists and
+    /// watches, and every popped change updates the cache and reaches the handlers. Returns at
+    /// once if it is already running or was stopped.
+    pub async fn run(&self) {
+        let Some((fifo, reflector)) = self.prepare() else {
+            return;
+        };
+        let inner = self.inner.clone();
+        let mut stop = inner.shutdown.subscribe();
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let mut stop2 = inner.shutdown.subscribe();
+        let reflector_run = reflector.run(async move {
+            let _ = stop2.wait_for(|s| *s).await;
+        });
+        let process = {
+            let inner = inner.clone();
+            let fifo = fifo.clone();
+            async move {
+                while fifo
+                    .pop(|deltas, initial| inner.handle_deltas(deltas, initial))
+                    .await
+                    .is_ok()
+                {}
+            }
+        };
+        tokio::select! {
+            () = stopped => {}
+            () = reflector_run => {}
+            () = process => {}
+        }
+        fifo.close();
+        let threads = inner.processor.stop_all();
+        join_threads(threads).await;
+        inner.state.lock().stopped = true;
+    }
+
+    fn prepare(&self) -> Option<(Arc<DeltaFifo<K>>, Reflector<K>)> {
+        let inner = &self.inner;
+        let mut st = inner.state.lock();
+        if st.stopped || st.fifo.is_some() {
+            return None;
+        }
+        st.started = true;
+        let known: Arc<dyn KnownObjects<K>> = Arc::new(inner.indexer.clone());
+        let mut fifo = DeltaFifo::new(Some(known));
+        if let Some(t) = st.transform.clone() {
+            fifo = fifo.with_transform(t);
+        }
+        let fifo = Arc::new(fifo);
+        let weak: Weak<Inner<K>> = Arc::downgrade(inner);
+        let config = inner
+            .reflector_config
+            .clone()
+            .resync_period(st.resync_check_period);
+        let mut reflector = Reflector::from_arc(inner.lw.clone(), fifo.clone(), config)
+            .with_should_resync(Arc::new(move || {
+                weak.upgrade().is_some_and(|i| i.processor.should_resync())
+            }));
+        if let Some(h) = st.error_handler.clone() {
+            reflector = reflector.with_error_handler(h);
+        }
+        let now = tokio::time::Instant::now();
+        for l in inner.processor.all() {
+            l.start_resync_clock(now);
+        }
+        st.reflector = Some(reflector.status());
+        st.fifo = Some(fifo.clone());
+        Some((fifo, reflector))
+    }
+
+    /// Stops the informer and waits until its reflector, processing loop and every handler
+    /// thread have finished. Idempotent.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+        let (task, never_ran) = {
+            let mut st = self.inner.state.lock();
+            let never_ran = st.fifo.is_none();
+            if never_ran {
+                st.stopped = true;
+            }
+            (st.task.take(), never_ran)
+        };
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+        if never_ran {
+            join_threads(self.inner.processor.stop_all()).await;
+            return;
+        }
+        // A `run` driven by the caller: wait until it has wound down.
+        while !self.is_stopped() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Like [`run`](Self::run) but stops when `signal` completes.
+    pub async fn run_until(&self, signal: impl Future<Output = ()>) {
+        tokio::select! {
+            () = self.run() => {}
+            () = signal => { self.shutdown().await; }
+        }
+    }
+}
+
+impl<K> Inner<K>
+where
+    K: Resource + Send + Sync + 'static,
+{
+    fn has_synced(&self) -> bool {
+        self.state
+            .lock()
+            .fifo
+            .as_ref()
+            .is_some_and(|f| f.has_synced())
+    }
+
+    /// client-go `processDeltas`: apply each delta to the cache and notify.
+    fn handle_deltas(&self, deltas: Deltas<K>, is_in_initial_list: bool) {
+        let _block = self.block_deltas.lock();
+        for d in deltas {
+            match d.kind {
+                DeltaType::Sync | DeltaType::Replaced | DeltaType::Added | DeltaType::Updated => {
+                    let obj = match d.object {
+                        DeltaObject::Object(o) => o,
+                        DeltaObject::DeletedFinalStateUnknown(t) => t.obj,
+                    };
+                    let key = match key_of(&*obj) {
+                        Ok(k) => k,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "dropping object without a valid key");
+                            continue;
+                        }
+                    };
+                    match self.indexer.insert(key, obj.clone()) {
+                        Some(old) => {
+                            // Same resourceVersion: a resync (or an unchanged object in a relist);
+                            // only listeners due for a resync hear of it.
+                            let is_sync =
+                                old.meta().resource_version == obj.meta().resource_version;
+                            self.processor
+                                .distribute(Event::Update { old, new: obj }, is_sync);
+                        }
+                        None => self.processor.distribute(
+                            Event::Add {
+                                obj,
+                                is_in_initial_list,
+                            },
+                            false,
+                        ),
+                    }
+                }
+                DeltaType::Deleted => {
+                    let key = match &d.object {
+                        DeltaObject::DeletedFinalStateUnknown(t) => Ok(t.key.clone()),
+                        DeltaObject::Object(o) => key_of(&**o),
+                    };
+                    match key {
+                        Ok(k) => {
+                            self.indexer.remove(&k);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "delete of an object without a valid key")
+                        }
+                    }
+                    self.processor.distribute(Event::Delete(d.object), false);
+                }
+            }
+        }
+    }
+}
+
+impl<K> Inner<K> {
+    pub(crate) fn remove_listener(&self, id: u64) {
+        if let Some(l) = self.processor.remove(id) {
+            // Do not join here: removal may be called from inside a handler.
+            drop(l.stop());
+        }
+    }
+}
+
+impl<K> Drop for Inner<K> {
+    fn drop(&mut self) {
+        // Handler threads hold only their queue: closing it lets them exit on their own.
+        self.shutdown.send_replace(true);
+        drop(self.processor.stop_all());
+    }
+}
+
+/// Joins handler threads off the runtime: a handler may be in the middle of slow work.
+async fn join_threads(threads: Vec<std::thread::JoinHandle<()>>) {
+    if threads.is_empty() {
+        return;
+    }
+    let _ = tokio::task::spawn_blocking(move || {
+        for t in threads {
+            let _ = t.join();
+        }
+    })
+    .await;
+}
+
+fn short_type_name<K>() -> &'static str {
+    let n = std::any::type_name::<K>();
+    let base = n.split('<').next().unwrap_or(n);
+    base.rsplit("::").next().unwrap_or(base)
+}

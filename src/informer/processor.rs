@@ -1,0 +1,338 @@
+//! The shared processor: fans notifications out to listeners, each with its own buffer and its
+//! own thread (client-go `sharedProcessor` / `processorListener`).
+
+use std::{
+    collections::VecDeque,
+    panic::AssertUnwindSafe,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use tokio::{sync::Notify, time::Instant};
+
+use super::handler::{Event, ResourceEventHandler};
+
+/// client-go's `initialBufferSize`: a listener's ring buffer starts here and doubles as needed.
+const INITIAL_BUFFER: usize = 1024;
+
+/// A listener's queue: an unbounded ring buffer, woken by a condvar (thread consumers) or a
+/// `Notify` (stream consumers).
+pub(crate) struct ListenerQueue<K> {
+    state: Mutex<QueueState<K>>,
+    cond: Condvar,
+    notify: Notify,
+    /// Adds with `is_in_initial_list` queued and not yet fully handled (client-go
+    /// `synctrack.SingleFileTracker`).
+    initial_pending: AtomicUsize,
+    /// Buffered plus in-flight notifications.
+    pending: AtomicUsize,
+}
+
+struct QueueState<K> {
+    buf: VecDeque<Event<K>>,
+    closed: bool,
+}
+
+impl<K> ListenerQueue<K> {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new(QueueState {
+                buf: VecDeque::with_capacity(INITIAL_BUFFER),
+                closed: false,
+            }),
+            cond: Condvar::new(),
+            notify: Notify::new(),
+            initial_pending: AtomicUsize::new(0),
+            pending: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn push(&self, ev: Event<K>) {
+        if ev.is_initial_add() {
+            self.initial_pending.fetch_add(1, Ordering::AcqRel);
+        }
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        let mut st = self.state.lock();
+        if st.closed {
+            drop(st);
+            self.finished(&ev);
+            return;
+        }
+        st.buf.push_back(ev);
+        drop(st);
+        self.cond.notify_one();
+        self.notify.notify_one();
+    }
+
+    /// Marks one notification handled.
+    pub(crate) fn finished(&self, ev: &Event<K>) {
+        if ev.is_initial_add() {
+            self.initial_pending.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn close(&self) {
+        let dropped: Vec<_> = {
+            let mut st = self.state.lock();
+            st.closed = true;
+            st.buf.drain(..).collect()
+        };
+        for ev in &dropped {
+            self.finished(ev);
+        }
+        self.cond.notify_all();
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+
+    /// Blocks the calling thread until notifications are buffered; takes them all. `None` once
+    /// closed.
+    fn take_blocking(&self, into: &mut VecDeque<Event<K>>) -> bool {
+        let mut st = self.state.lock();
+        loop {
+            if st.closed {
+                return false;
+            }
+            if !st.buf.is_empty() {
+                // Swap buffers: the producer keeps pushing into a fresh ring while this
+                // thread works through the batch without holding the lock.
+                std::mem::swap(&mut st.buf, into);
+                return true;
+            }
+            self.cond.wait(&mut st);
+        }
+    }
+
+    /// Takes the next notification without blocking; `Err(())` once closed.
+    pub(crate) fn try_pop(&self) -> Result<Option<Event<K>>, ()> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return Err(());
+        }
+        Ok(st.buf.pop_front())
+    }
+
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn initial_pending(&self) -> usize {
+        self.initial_pending.load(Ordering::Acquire)
+    }
+}
+
+/// One registered consumer: its queue, its resync schedule, and its thread (for handlers).
+pub(crate) struct Listener<K> {
+    pub(crate) id: u64,
+    pub(crate) queue: Arc<ListenerQueue<K>>,
+    requested_resync: Duration,
+    resync: Mutex<ResyncState>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Set when the listener is due for the resync the informer is running now.
+    syncing: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ResyncState {
+    period: Duration,
+    next: Option<Instant>,
+}
+
+impl<K> Listener<K> {
+    /// Closes the queue; hands back the handler thread to join.
+    pub(crate) fn stop(&self) -> Option<JoinHandle<()>> {
+        self.queue.close();
+        self.thread.lock().take()
+    }
+}
+
+impl<K> Listener<K> {
+    pub(crate) fn new(id: u64, requested_resync: Duration, resync_period: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            queue: Arc::new(ListenerQueue::new()),
+            requested_resync,
+            resync: Mutex::new(ResyncState {
+                period: resync_period,
+                next: None,
+            }),
+            thread: Mutex::new(None),
+            syncing: AtomicBool::new(false),
+        })
+    }
+
+    /// Starts the handler's own thread.
+    pub(crate) fn spawn_handler(&self, mut handler: Box<dyn ResourceEventHandler<K>>, name: String)
+    where
+        K: Send + Sync + 'static,
+    {
+        let queue = self.queue.clone();
+        let spawned = std::thread::Builder::new().name(name.clone()).spawn(move || {
+            let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
+            while queue.take_blocking(&mut batch) {
+                while let Some(ev) = batch.pop_front() {
+                    let res = std::panic::catch_unwind(AssertUnwindSafe(|| ev.dispatch(&mut *handler)));
+                    if let Err(panic) = res {
+                        let msg = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "non-string panic".to_owned());
+                        tracing::error!(handler = %name, panic = %msg, "event handler panicked; continuing with the next event");
+                    }
+                    queue.finished(&ev);
+                }
+            }
+            // Closed: whatever was taken but not handled is dropped, as client-go drops the
+            // pending buffer of a stopped listener.
+            for ev in batch.drain(..) {
+                queue.finished(&ev);
+            }
+        });
+        match spawned {
+            Ok(h) => *self.thread.lock() = Some(h),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot spawn event handler thread; handler removed");
+                self.queue.close();
+            }
+        }
+    }
+
+    fn should_resync(&self, now: Instant) -> bool {
+        let mut r = self.resync.lock();
+        if r.period.is_zero() {
+            return false;
+        }
+        match r.next {
+            Some(next) if now < next => false,
+            _ => {
+                r.next = Some(now + r.period);
+                true
+            }
+        }
+    }
+
+    fn set_resync_period(&self, period: Duration) {
+        self.resync.lock().period = period;
+    }
+
+    pub(crate) fn start_resync_clock(&self, now: Instant) {
+        let mut r = self.resync.lock();
+        if !r.period.is_zero() && r.next.is_none() {
+            r.next = Some(now + r.period);
+        }
+    }
+}
+
+/// The informer's fan-out (client-go `sharedProcessor`).
+pub(crate) struct Processor<K> {
+    listeners: RwLock<Vec<Arc<Listener<K>>>>,
+    next_id: AtomicU64,
+}
+
+impl<K> Processor<K> {
+    pub(crate) fn new() -> Self {
+        Self {
+            listeners: RwLock::new(Vec::new()),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn add(&self, l: Arc<Listener<K>>) {
+        self.listeners.write().push(l);
+    }
+
+    pub(crate) fn remove(&self, id: u64) -> Option<Arc<Listener<K>>> {
+        let mut g = self.listeners.write();
+        let pos = g.iter().position(|l| l.id == id)?;
+        Some(g.remove(pos))
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<Listener<K>>> {
+        self.listeners.read().clone()
+    }
+
+    /// Sends a notification to every listener, or for a resync only to those due.
+    pub(crate) fn distribute(&self, ev: Event<K>, is_sync: bool) {
+        let g = self.listeners.read();
+        let mut targets = g
+            .iter()
+            .filter(|l| !is_sync || l.syncing.load(Ordering::Acquire))
+            .peekable();
+        while let Some(l) = targets.next() {
+            if targets.peek().is_none() {
+                l.queue.push(ev);
+                return;
+            }
+            l.queue.push(ev.clone());
+        }
+    }
+
+    /// client-go `shouldResync`: marks which listeners are due now; true if any is.
+    pub(crate) fn should_resync(&self) -> bool {
+        let now = Instant::now();
+        let mut any = false;
+        for l in self.listeners.read().iter() {
+            let due = l.should_resync(now);
+            l.syncing.store(due, Ordering::Release);
+            any |= due;
+        }
+        any
+    }
+
+    /// client-go `resyncCheckPeriodChanged`.
+    pub(crate) fn resync_check_period_changed(&self, check: Duration) {
+        for l in self.listeners.read().iter() {
+            l.set_resync_period(determine_resync_period(l.requested_resync, check));
+        }
+    }
+
+    pub(crate) fn stop_all(&self) -> Vec<JoinHandle<()>> {
+        let ls = std::mem::take(&mut *self.listeners.write());
+        ls.iter().filter_map(|l| l.stop()).collect()
+    }
+}
+
+/// client-go `determineResyncPeriod`: a handler cannot resync more often than the informer
+/// checks, and an informer that never checks resyncs no handler.
+pub(crate) fn determine_resync_period(desired: Duration, check: Duration) -> Duration {
+    if desired.is_zero() {
+        return Duration::ZERO;
+    }
+    if check.is_zero() {
+        tracing::warn!(
+            requested = ?desired,
+            "resync requested but the informer's resync check period is 0; this handler will not resync"
+        );
+        return Duration::ZERO;
+    }
+    desired.max(check)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resync_period_is_raised_to_the_check_period_and_zero_stays_zero() {
+        let s = Duration::from_secs;
+        assert_eq!(determine_resync_period(s(0), s(10)), s(0));
+        assert_eq!(determine_resync_period(s(5), s(0)), s(0));
+        assert_eq!(determine_resync_period(s(5), s(10)), s(10));
+        assert_eq!(determine_resync_period(s(30), s(10)), s(30));
+    }
+}

@@ -1,0 +1,128 @@
+//! Listers: typed reads of an informer's cache (client-go `listers/`).
+
+use std::sync::Arc;
+
+use kube::{
+    Resource,
+    core::{Selector, SelectorExt},
+};
+
+use crate::store::{Indexer, NAMESPACE_INDEX, ObjectKey};
+
+/// Reads objects of type `K` from an informer's cache. Cheap to clone.
+///
+/// Lists filter by a label [`Selector`]; `Selector::default()` selects everything. Build one
+/// from a string with `parse_label_selector`.
+pub struct Lister<K> {
+    indexer: Indexer<K>,
+}
+
+impl<K> Clone for Lister<K> {
+    fn clone(&self) -> Self {
+        Self {
+            indexer: self.indexer.clone(),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for Lister<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lister")
+            .field("type", &std::any::type_name::<K>())
+            .finish()
+    }
+}
+
+fn matches<K: Resource>(selector: &Selector, obj: &K) -> bool {
+    if selector.selects_all() {
+        return true;
+    }
+    match &obj.meta().labels {
+        Some(labels) => selector.matches(labels),
+        None => selector.matches(&Default::default()),
+    }
+}
+
+impl<K> Lister<K>
+where
+    K: Resource + Send + Sync + 'static,
+{
+    /// A lister over `indexer`.
+    pub fn new(indexer: Indexer<K>) -> Self {
+        Self { indexer }
+    }
+
+    /// Every cached object matching `selector`, in all namespaces.
+    pub fn list(&self, selector: &Selector) -> Vec<Arc<K>> {
+        let mut all = self.indexer.list();
+        if !selector.selects_all() {
+            all.retain(|o| matches(selector, &**o));
+        }
+        all
+    }
+
+    /// The object with this key (`namespace/name` or `name`).
+    pub fn get_by_key(&self, key: &str) -> Option<Arc<K>> {
+        self.indexer.get_by_key(key)
+    }
+
+    /// A cluster-scoped object by name.
+    pub fn get(&self, name: &str) -> Option<Arc<K>> {
+        self.indexer.get_by_key(name)
+    }
+
+    /// Reads restricted to one namespace.
+    pub fn namespaced(&self, namespace: &str) -> NamespaceLister<K> {
+        NamespaceLister {
+            indexer: self.indexer.clone(),
+            namespace: namespace.to_owned(),
+        }
+    }
+}
+
+/// Reads of one namespace, served from the namespace index (never a scan of the whole cache).
+pub struct NamespaceLister<K> {
+    indexer: Indexer<K>,
+    namespace: String,
+}
+
+impl<K> std::fmt::Debug for NamespaceLister<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamespaceLister")
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+impl<K> NamespaceLister<K>
+where
+    K: Resource + Send + Sync + 'static,
+{
+    /// Objects of this namespace matching `selector`.
+    pub fn list(&self, selector: &Selector) -> Vec<Arc<K>> {
+        match self.indexer.by_index(NAMESPACE_INDEX, &self.namespace) {
+            Ok(mut objs) => {
+                if !selector.selects_all() {
+                    objs.retain(|o| matches(selector, &**o));
+                }
+                objs
+            }
+            // The namespace index is built in and cannot be removed; be defensive anyway.
+            Err(_) => self
+                .indexer
+                .list()
+                .into_iter()
+                .filter(|o| {
+                    o.meta().namespace.as_deref() == Some(&self.namespace)
+                        && matches(selector, &**o)
+                })
+                .collect(),
+        }
+    }
+
+    /// The object with this name in the namespace.
+    pub fn get(&self, name: &str) -> Option<Arc<K>> {
+        let key = ObjectKey::new(Some(&self.namespace), name).ok()?;
+        self.indexer.get_by_key(key.as_str())
+    }
+}

@@ -1,0 +1,124 @@
+//! Reflector errors, classified the way client-go's reflector decides what to do next.
+
+use std::time::Duration;
+
+use kube::core::Status;
+
+use super::decode::DecodeError;
+use crate::fifo::FifoError;
+
+/// An error from one list or watch call of a [`ListerWatcher`](super::ListerWatcher).
+#[derive(Debug, thiserror::Error)]
+pub enum ListWatchError {
+    /// The server answered with a failure `Status` (HTTP status, or a watch `ERROR` event).
+    #[error("API error {}: {} ({})", .0.code, .0.message, .0.reason)]
+    Api(Box<Status>),
+    /// The request could not be sent or its response not read (connection refused, reset, TLS…).
+    #[error("request failed: {0}")]
+    Request(#[source] kube::Error),
+    /// A list body or watch line could not be decoded.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// The watch stream broke while being read.
+    #[error("watch stream broke: {0}")]
+    Stream(#[source] kube::Error),
+}
+
+impl ListWatchError {
+    /// The HTTP status code the server gave, if it gave one.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            Self::Api(s) if s.code != 0 => Some(s.code),
+            Self::Request(kube::Error::Api(s)) if s.code != 0 => Some(s.code),
+            _ => None,
+        }
+    }
+
+    fn status(&self) -> Option<&Status> {
+        match self {
+            Self::Api(s) | Self::Request(kube::Error::Api(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// 410 Gone / reason `Expired` or `Gone`: the resourceVersion asked for has been compacted
+    /// (client-go `isExpiredError`).
+    pub fn is_expired(&self) -> bool {
+        self.status()
+            .is_some_and(|s| s.code == 410 || s.reason == "Expired" || s.reason == "Gone")
+    }
+
+    /// The resourceVersion asked for is newer than the server has (client-go
+    /// `isTooLargeResourceVersionError`: cause `ResourceVersionTooLarge`, or a timeout whose
+    /// message says "Too large resource version").
+    pub fn is_too_large_resource_version(&self) -> bool {
+        self.status().is_some_and(|s| {
+            let cause = s.details.as_ref().is_some_and(|d| {
+                d.causes
+                    .iter()
+                    .any(|c| c.reason == "ResourceVersionTooLarge")
+            });
+            cause
+                || ((s.code == 504 || s.reason == "Timeout")
+                    && s.message.contains("Too large resource version"))
+        })
+    }
+
+    /// 429 Too Many Requests.
+    pub fn is_too_many_requests(&self) -> bool {
+        self.status()
+            .is_some_and(|s| s.code == 429 || s.reason == "TooManyRequests")
+    }
+
+    /// The server rejected the request as invalid (400/422): for a streaming list, a sign that the
+    /// server does not support it.
+    pub fn is_bad_request(&self) -> bool {
+        self.status().is_some_and(|s| {
+            matches!(s.code, 400 | 422) || s.reason == "BadRequest" || s.reason == "Invalid"
+        })
+    }
+}
+
+/// An error the reflector reports to its watch-error handler. None is fatal: the reflector
+/// recovers from each (relist, re-watch, back off) and keeps going until it is stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Listing failed.
+    #[error("list failed: {0}")]
+    List(#[source] ListWatchError),
+    /// A watch could not be started.
+    #[error("watch failed to start: {0}")]
+    WatchStart(#[source] ListWatchError),
+    /// A running watch failed (broken stream, undecodable line, `ERROR` event).
+    #[error("watch failed: {0}")]
+    Watch(#[source] ListWatchError),
+    /// The watch closed within a second without delivering anything: treated as a failure so a
+    /// server that closes every watch at once is not hammered (client-go "very short watch").
+    #[error("very short watch: closed after {0:?} with no events")]
+    VeryShortWatch(Duration),
+    /// Nothing arrived on the watch for longer than the configured idle timeout.
+    #[error("watch idle for {0:?}: assuming a dead connection")]
+    IdleTimeout(Duration),
+    /// An object from the server could not be queued (for example it has no name).
+    #[error("cannot queue object: {0}")]
+    Store(#[source] FifoError),
+    /// A streaming initial list (watch-list) failed; the reflector falls back to list + watch.
+    #[error("streaming list failed, falling back to list+watch: {0}")]
+    WatchList(#[source] ListWatchError),
+}
+
+impl Error {
+    /// The list/watch error underneath, when there is one.
+    pub fn list_watch_error(&self) -> Option<&ListWatchError> {
+        match self {
+            Self::List(e) | Self::WatchStart(e) | Self::Watch(e) | Self::WatchList(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// True when the error means "resourceVersion expired" (410).
+    pub fn is_expired(&self) -> bool {
+        self.list_watch_error()
+            .is_some_and(ListWatchError::is_expired)
+    }
+}
