@@ -9,5 +9,10 @@
 #![forbid(unsafe_code)]
 
 pub mod store;
+pub mod workqueue;
 
 pub use store::{KeyError, ObjectKey, key_of, split_key};
+pub use workqueue::{
+    Bucket, DelayingQueue, FastSlow, ItemExponentialFailure, MaxOf, MetricsProvider, RateLimiter,
+    RateLimitingQueue, ShutDown, WorkQueue, default_controller_rate_limiter,
+};
