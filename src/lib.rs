@@ -36,6 +36,7 @@ pub mod lister;
 pub mod reflector;
 pub mod store;
 pub mod transform;
+pub mod workqueue;
 
 pub use factory::{FactoryConfig, SharedInformerFactory};
 pub use fifo::{
@@ -54,3 +55,7 @@ pub use store::{
     namespace_index_fn, split_key,
 };
 pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};
+pub use workqueue::{
+    Bucket, DelayingQueue, FastSlow, ItemExponentialFailure, MaxOf, MetricsProvider, RateLimiter,
+    RateLimitingQueue, ShutDown, WorkQueue, default_controller_rate_limiter,
+};
