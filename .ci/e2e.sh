@@ -1,16 +1,43 @@
 #!/usr/bin/env bash
-# End-to-end tests against a real etcd + kube-apiserver. Source this file from .ci/run and call
-# `run_e2e`, or run it directly: `bash .ci/e2e.sh`.
+# End-to-end tests against a real etcd + kube-apiserver (tests/e2e/README.md).
 #
-# scripts/build-k8s.sh builds the binaries through the Go module proxy into a cache outside the
-# repository (cold: see tests/e2e/README.md for the time it takes on 2 cores; warm: a no-op).
-# CARGO_TARGET_DIR and friends are taken from the caller's environment.
+# From .ci/run:
+#   source .ci/e2e.sh
+#   e2e_build_start      # optional, early: builds the binaries in the background
+#   ...                  # other builds and tests
+#   run_e2e              # waits for that build (or builds now), then runs the e2e tests
+# Or directly: `bash .ci/e2e.sh`.
+#
+# scripts/build-k8s.sh builds through the Go module proxy into a cache outside the repository:
+# about 7.5 minutes cold on 2 cores, a no-op once built. CARGO_TARGET_DIR and the like come from
+# the caller's environment.
+
+e2e_build_start() {
+    E2E_BUILD_OUT="$(mktemp)"
+    E2E_BUILD_LOG="$(mktemp)"
+    echo "e2e: building kube-apiserver and etcd in the background (log: $E2E_BUILD_LOG)"
+    bash scripts/build-k8s.sh >"$E2E_BUILD_OUT" 2>"$E2E_BUILD_LOG" &
+    E2E_BUILD_PID=$!
+}
 
 run_e2e() {
     local bin
-    echo "e2e: building kube-apiserver and etcd (cached after the first run)"
-    bin="$(bash scripts/build-k8s.sh)" || { echo "e2e: scripts/build-k8s.sh failed" >&2; return 1; }
+    if [[ -n "${E2E_BUILD_PID:-}" ]]; then
+        echo "e2e: waiting for the background build of kube-apiserver and etcd"
+        if ! wait "$E2E_BUILD_PID"; then
+            echo "e2e: scripts/build-k8s.sh failed:" >&2
+            tail -n 50 "$E2E_BUILD_LOG" >&2
+            return 1
+        fi
+        tail -n 3 "$E2E_BUILD_LOG"
+        bin="$(tail -n 1 "$E2E_BUILD_OUT")"
+        unset E2E_BUILD_PID
+    else
+        echo "e2e: building kube-apiserver and etcd (cached after the first run)"
+        bin="$(bash scripts/build-k8s.sh)" || { echo "e2e: scripts/build-k8s.sh failed" >&2; return 1; }
+    fi
     echo "e2e: binaries in $bin"
+    # One cluster per test; on 2 cores they are better started one after the other.
     KUBE_INFORMER_E2E_BIN="$bin" cargo test --all-features --test e2e -- --test-threads=1
 }
 

@@ -21,6 +21,18 @@ stamp="$bin/.complete"
 
 log() { echo "build-k8s: $*" >&2; }
 
+# Downloads module@version and prints the path of its go.mod file.
+gomod_of() {
+    local answer gomod
+    if ! answer="$(go mod download -json "$1" 2>&1)"; then
+        log "error: cannot download $1 from the Go module proxy: $answer"
+        exit 1
+    fi
+    gomod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"$answer")"
+    [[ -f "$gomod" ]] || { log "error: no go.mod for $1 in: $answer"; exit 1; }
+    echo "$gomod"
+}
+
 if [[ -f "$stamp" && -x "$bin/kube-apiserver" && -x "$bin/etcd" ]]; then
     log "cached: $(cat "$stamp")"
     echo "$bin"
@@ -29,6 +41,17 @@ fi
 
 command -v go >/dev/null || { log "error: go is not installed"; exit 1; }
 mkdir -p "$bin"
+# Two builds at once (say CI's background build and a developer's run) would clobber each
+# other's module dirs: the second waits, then finds the binaries built.
+if command -v flock >/dev/null; then
+    exec 9>"$dir/.lock"
+    flock 9
+    if [[ -f "$stamp" && -x "$bin/kube-apiserver" && -x "$bin/etcd" ]]; then
+        log "built meanwhile: $(cat "$stamp")"
+        echo "$bin"
+        exit 0
+    fi
+fi
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=mod"
 go_version="$(go env GOVERSION)"
 started=$SECONDS
@@ -41,8 +64,7 @@ kube_mod="$dir/kube-apiserver-mod"
 rm -rf "$kube_mod"
 mkdir -p "$kube_mod"
 cd "$kube_mod"
-gomod_file="$(go mod download -json "k8s.io/kubernetes@v$version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
-[[ -f "$gomod_file" ]] || { log "error: cannot download k8s.io/kubernetes@v$version"; exit 1; }
+gomod_file="$(gomod_of "k8s.io/kubernetes@v$version")"
 staging_version="v0.${version#*.}"
 go_directive="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod_file")"
 {
@@ -79,7 +101,7 @@ etcd_mod="$dir/etcd-mod"
 rm -rf "$etcd_mod"
 mkdir -p "$etcd_mod"
 cd "$etcd_mod"
-etcd_gomod="$(go mod download -json "go.etcd.io/etcd/server/v3@$etcd_version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+etcd_gomod="$(gomod_of "go.etcd.io/etcd/server/v3@$etcd_version")"
 etcd_go_directive="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$etcd_gomod")"
 {
     echo "module kube-informer.local/etcd-build"
