@@ -361,7 +361,7 @@ impl Drop for Cluster {
         if std::thread::panicking() {
             let _ = writeln!(
                 std::io::stderr(),
-                "e2e cluster in {} (test panicked); kube-apiserver log:{}",
+                "the test panicked; e2e cluster dir {} (set {KEEP_ENV}=1 to keep it):{}",
                 self.dir.display(),
                 log_tail(&self.dir.join("kube-apiserver.log"))
             );
