@@ -795,13 +795,18 @@ mod tests {
         );
     }
 
+    /// A task waiting in `pop`, returning the popped deltas' summary.
+    fn spawn_pop(
+        fifo: &Arc<DeltaFifo<ConfigMap>>,
+    ) -> tokio::task::JoinHandle<Result<Summary, FifoError>> {
+        let fifo = Arc::clone(fifo);
+        tokio::spawn(async move { fifo.pop(|deltas, _| summary(&deltas)).await })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn pop_waits_for_work() {
         let fifo = Arc::new(DeltaFifo::new(None));
-        let popper = tokio::spawn({
-            let fifo = Arc::clone(&fifo);
-            async move { fifo.pop(|deltas, _| summary(&deltas)).await }
-        });
+        let popper = spawn_pop(&fifo);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!popper.is_finished());
         fifo.add(cm("a", "1")).unwrap();
@@ -836,10 +841,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn close_wakes_a_waiting_pop_and_pop_drains_before_reporting_closed() {
         let fifo = Arc::new(DeltaFifo::new(None));
-        let popper = tokio::spawn({
-            let fifo = Arc::clone(&fifo);
-            async move { fifo.pop(|_, _| ()).await }
-        });
+        let popper = spawn_pop(&fifo);
         tokio::task::yield_now().await;
         fifo.close();
         assert!(fifo.is_closed());

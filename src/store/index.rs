@@ -50,12 +50,6 @@ pub(super) struct Index {
 const LINEAR_DIFF_MAX: usize = 8;
 
 impl Index {
-    pub(super) fn with_capacity(n: usize) -> Self {
-        Self {
-            values: HashMap::with_capacity(n),
-        }
-    }
-
     pub(super) fn add(&mut self, key: &ObjectKey, values: Vec<String>) {
         for value in values {
             self.add_one(key, value);
