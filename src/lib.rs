@@ -38,6 +38,9 @@ pub mod store;
 pub mod transform;
 pub mod workqueue;
 
+#[cfg(test)]
+mod testutil;
+
 pub use factory::{FactoryConfig, SharedInformerFactory};
 pub use fifo::{
     DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,

@@ -599,3 +599,6 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
