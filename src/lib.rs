@@ -8,6 +8,10 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod selector;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
+pub use selector::parse_label_selector;
 pub use store::{KeyError, ObjectKey, key_of, split_key};

@@ -188,7 +188,10 @@ mod tests {
     #[test]
     fn cluster_scoped_key_is_name() {
         let ns = Namespace {
-            metadata: ObjectMeta { name: Some("kube-system".into()), ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some("kube-system".into()),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let key = key_of(&ns).unwrap();
@@ -211,7 +214,10 @@ mod tests {
     #[test]
     fn split_rejects_malformed_keys() {
         for bad in ["", "/a", "a/", "a/b/c", "/"] {
-            assert!(matches!(split_key(bad), Err(KeyError::MalformedKey(_))), "{bad:?}");
+            assert!(
+                matches!(split_key(bad), Err(KeyError::MalformedKey(_))),
+                "{bad:?}"
+            );
         }
         assert_eq!(split_key("a/b").unwrap(), (Some("a"), "b"));
         assert_eq!(split_key("b").unwrap(), (None, "b"));
