@@ -34,7 +34,10 @@ pub mod fifo;
 pub mod informer;
 pub mod lister;
 pub mod reflector;
+pub mod selector;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod transform;
 pub mod workqueue;
 
@@ -53,6 +56,7 @@ pub use informer::{
 };
 pub use lister::{Lister, NamespaceLister};
 pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
+pub use selector::parse_label_selector;
 pub use store::{
     IndexError, IndexFn, Indexer, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey, key_of,
     namespace_index_fn, split_key,

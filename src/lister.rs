@@ -12,7 +12,7 @@ use crate::store::{Indexer, NAMESPACE_INDEX, ObjectKey};
 /// Reads objects of type `K` from an informer's cache. Cheap to clone.
 ///
 /// Lists filter by a label [`Selector`]; `Selector::default()` selects everything. Build one
-/// from a string with `parse_label_selector`.
+/// from a string with [`parse_label_selector`](crate::parse_label_selector).
 pub struct Lister<K> {
     indexer: Indexer<K>,
 }

@@ -110,7 +110,12 @@ impl MockLw {
     }
 
     pub(crate) fn requests(&self) -> Vec<Request> {
-        self.state.lock().requests.iter().map(|(_, r)| r.clone()).collect()
+        self.state
+            .lock()
+            .requests
+            .iter()
+            .map(|(_, r)| r.clone())
+            .collect()
     }
 
     pub(crate) fn timed_requests(&self) -> Vec<(Instant, Request)> {
@@ -165,13 +170,16 @@ impl ListerWatcher<ConfigMap> for MockLw {
     ) -> BoxFuture<'_, Result<WatchStream<ConfigMap>, ListWatchError>> {
         let mut st = self.state.lock();
         st.requests.push((Instant::now(), Request::Watch(options)));
-        let script = st.watches.pop_front().unwrap_or(WatchScript::EventsThenHang(Vec::new()));
+        let script = st
+            .watches
+            .pop_front()
+            .unwrap_or(WatchScript::EventsThenHang(Vec::new()));
         let r = match script {
             WatchScript::Fail(e) => Err(e),
             WatchScript::Events(evs) => Ok(futures::stream::iter(evs).boxed()),
-            WatchScript::EventsThenHang(evs) => {
-                Ok(futures::stream::iter(evs).chain(futures::stream::pending()).boxed())
-            }
+            WatchScript::EventsThenHang(evs) => Ok(futures::stream::iter(evs)
+                .chain(futures::stream::pending())
+                .boxed()),
             WatchScript::Channel(mut rx) => {
                 Ok(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed())
             }

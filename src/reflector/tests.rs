@@ -17,7 +17,10 @@ use crate::{
 };
 
 fn no_jitter() -> ReflectorConfig {
-    ReflectorConfig::default().backoff(BackoffConfig { jitter: 0.0, ..Default::default() })
+    ReflectorConfig::default().backoff(BackoffConfig {
+        jitter: 0.0,
+        ..Default::default()
+    })
 }
 
 struct Running {
@@ -41,7 +44,12 @@ fn start(lw: &MockLw, config: ReflectorConfig) -> Running {
         .with_error_handler(Arc::new(move |e: &Error| errs.lock().push(e.to_string())));
     let status = r.status();
     let task = tokio::spawn(r.run(futures::future::pending()));
-    Running { fifo, errors, status, task }
+    Running {
+        fifo,
+        errors,
+        status,
+        task,
+    }
 }
 
 fn list_opts(r: &Request) -> &ListOptions {
@@ -64,7 +72,9 @@ async fn drain(fifo: &DeltaFifo<ConfigMap>) -> Vec<(String, Vec<DeltaType>)> {
     while !fifo.is_empty() {
         let item = fifo
             .pop(|deltas, _| {
-                let key = crate::key_of(&**deltas[0].object.object()).unwrap().to_string();
+                let key = crate::key_of(&**deltas[0].object.object())
+                    .unwrap()
+                    .to_string();
                 (key, deltas.iter().map(|d| d.kind).collect::<Vec<_>>())
             })
             .await
@@ -77,18 +87,29 @@ async fn drain(fifo: &DeltaFifo<ConfigMap>) -> Vec<(String, Vec<DeltaType>)> {
 #[tokio::test(start_paused = true)]
 async fn first_list_is_at_resource_version_0_paginated() {
     let lw = MockLw::new();
-    lw.list(Ok(page("10", None, vec![cm("ns", "a", "5"), cm("ns", "b", "6")])));
+    lw.list(Ok(page(
+        "10",
+        None,
+        vec![cm("ns", "a", "5"), cm("ns", "b", "6")],
+    )));
     let r = start(&lw, no_jitter());
     lw.wait_for("a watch", |rs| rs.iter().any(is_watch)).await;
     let reqs = lw.requests();
     assert_eq!(
         list_opts(&reqs[0]),
-        &ListOptions { resource_version: "0".into(), limit: Some(500), ..Default::default() }
+        &ListOptions {
+            resource_version: "0".into(),
+            limit: Some(500),
+            ..Default::default()
+        }
     );
     let queued = drain(&r.fifo).await;
     assert_eq!(
         queued,
-        vec![("ns/a".into(), vec![DeltaType::Replaced]), ("ns/b".into(), vec![DeltaType::Replaced])]
+        vec![
+            ("ns/a".into(), vec![DeltaType::Replaced]),
+            ("ns/b".into(), vec![DeltaType::Replaced])
+        ]
     );
     assert_eq!(r.status.last_sync_resource_version(), "10");
 }
@@ -102,17 +123,27 @@ async fn watch_starts_from_list_resource_version_with_bookmarks_and_random_timeo
         lw.watch(WatchScript::Fail(api_error(410, "Expired", "too old")));
     }
     let _r = start(&lw, no_jitter());
-    lw.wait_for("20 watches", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 20).await;
+    lw.wait_for("20 watches", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 20
+    })
+    .await;
     for r in lw.requests().iter().filter(|r| is_watch(r)) {
         let w = watch_opts(r);
         assert_eq!(w.resource_version, "10");
         assert!(w.allow_bookmarks);
         assert!(!w.send_initial_events);
-        assert!((300..=600).contains(&w.timeout_seconds), "{}", w.timeout_seconds);
+        assert!(
+            (300..=600).contains(&w.timeout_seconds),
+            "{}",
+            w.timeout_seconds
+        );
         timeouts.push(w.timeout_seconds);
     }
     timeouts.dedup();
-    assert!(timeouts.len() > 1, "timeoutSeconds should vary between watches: {timeouts:?}");
+    assert!(
+        timeouts.len() > 1,
+        "timeoutSeconds should vary between watches: {timeouts:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -128,7 +159,10 @@ async fn list_pages_follow_continue_tokens_without_resource_version() {
     for (i, token) in [(1, "c1"), (2, "c2")] {
         let o = list_opts(&reqs[i]);
         assert_eq!(o.continue_token.as_deref(), Some(token));
-        assert_eq!(o.resource_version, "", "a continue request carries no resourceVersion");
+        assert_eq!(
+            o.resource_version, "",
+            "a continue request carries no resourceVersion"
+        );
         assert_eq!(o.limit, Some(1));
     }
     assert_eq!(drain(&r.fifo).await.len(), 3);
@@ -139,37 +173,66 @@ async fn expired_continue_page_falls_back_to_one_full_list_without_limit() {
     let lw = MockLw::new();
     lw.list(Ok(page("10", Some("c1"), vec![cm("ns", "a", "1")])))
         .list(Err(api_error(410, "Expired", "continue token expired")))
-        .list(Ok(page("12", None, vec![cm("ns", "a", "1"), cm("ns", "b", "12")])));
+        .list(Ok(page(
+            "12",
+            None,
+            vec![cm("ns", "a", "1"), cm("ns", "b", "12")],
+        )));
     let r = start(&lw, no_jitter());
     lw.wait_for("a watch", |rs| rs.iter().any(is_watch)).await;
     let reqs = lw.requests();
     assert_eq!(
         list_opts(&reqs[2]),
-        &ListOptions { resource_version: String::new(), limit: None, ..Default::default() }
+        &ListOptions {
+            resource_version: String::new(),
+            limit: None,
+            ..Default::default()
+        }
     );
     assert_eq!(watch_opts(&reqs[3]).resource_version, "12");
     let keys: Vec<_> = drain(&r.fifo).await.into_iter().map(|(k, _)| k).collect();
-    assert_eq!(keys, ["ns/a", "ns/b"], "only the full list's items, once each");
+    assert_eq!(
+        keys,
+        ["ns/a", "ns/b"],
+        "only the full list's items, once each"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn expired_relist_retries_at_once_with_empty_resource_version() {
     let lw = MockLw::new();
     lw.list(Ok(page("10", None, vec![])))
-        .watch(WatchScript::Events(vec![Ok(WatchEvent::Error(Box::new({
-            let mut s = kube::core::Status::failure("too old resource version", "Expired");
-            s.code = 410;
-            s
-        })))]))
+        .watch(WatchScript::Events(vec![Ok(WatchEvent::Error(Box::new(
+            {
+                let mut s = kube::core::Status::failure("too old resource version", "Expired");
+                s.code = 410;
+                s
+            },
+        )))]))
         .list(Err(api_error(410, "Expired", "too old resource version")))
         .list(Ok(page("20", None, vec![])));
     let r = start(&lw, no_jitter());
-    lw.wait_for("second watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 2).await;
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
     let t = lw.timed_requests();
     let lists: Vec<_> = t.iter().filter(|(_, r)| is_list(r)).collect();
-    assert_eq!(list_opts(&lists[1].1).resource_version, "10", "relist from the last version");
-    assert_eq!(list_opts(&lists[1].1).limit, None, "a specific version is not paginated");
-    assert_eq!(list_opts(&lists[2].1).resource_version, "", "then a consistent read");
+    assert_eq!(
+        list_opts(&lists[1].1).resource_version,
+        "10",
+        "relist from the last version"
+    );
+    assert_eq!(
+        list_opts(&lists[1].1).limit,
+        None,
+        "a specific version is not paginated"
+    );
+    assert_eq!(
+        list_opts(&lists[2].1).resource_version,
+        "",
+        "then a consistent read"
+    );
     assert_eq!(list_opts(&lists[2].1).limit, Some(500));
     assert_eq!(lists[2].0, lists[1].0, "retried at once, without backoff");
     assert_eq!(r.status.last_sync_resource_version(), "20");
@@ -180,10 +243,17 @@ async fn too_large_resource_version_relists_with_empty_resource_version() {
     let lw = MockLw::new();
     lw.list(Ok(page("10", None, vec![])))
         .watch(WatchScript::Fail(api_error(410, "Gone", "gone")))
-        .list(Err(api_error(504, "Timeout", "Too large resource version: 10, current: 5")))
+        .list(Err(api_error(
+            504,
+            "Timeout",
+            "Too large resource version: 10, current: 5",
+        )))
         .list(Ok(page("7", None, vec![])));
     let _r = start(&lw, no_jitter());
-    lw.wait_for("second watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 2).await;
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
     let lists: Vec<_> = lw.requests().into_iter().filter(is_list).collect();
     assert_eq!(list_opts(&lists[2]).resource_version, "");
 }
@@ -194,18 +264,26 @@ async fn watch_ending_normally_rewatches_from_last_resource_version_without_reli
     lw.list(Ok(page("10", None, vec![])));
     let tx = lw.watch_channel();
     let r = start(&lw, no_jitter());
-    lw.wait_for("first watch", |rs| rs.iter().any(is_watch)).await;
+    lw.wait_for("first watch", |rs| rs.iter().any(is_watch))
+        .await;
     tx.send(Ok(WatchEvent::Added(cm("ns", "a", "11")))).unwrap();
-    tx.send(Ok(WatchEvent::Modified(cm("ns", "a", "12")))).unwrap();
+    tx.send(Ok(WatchEvent::Modified(cm("ns", "a", "12"))))
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     drop(tx);
-    lw.wait_for("second watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 2).await;
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
     let reqs = lw.requests();
     assert_eq!(reqs.iter().filter(|r| is_list(r)).count(), 1, "no relist");
     assert_eq!(watch_opts(&reqs[2]).resource_version, "12");
     assert!(r.errors.lock().is_empty(), "{:?}", r.errors.lock());
     let queued = drain(&r.fifo).await;
-    assert_eq!(queued, vec![("ns/a".into(), vec![DeltaType::Added, DeltaType::Updated])]);
+    assert_eq!(
+        queued,
+        vec![("ns/a".into(), vec![DeltaType::Added, DeltaType::Updated])]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -214,10 +292,16 @@ async fn bookmarks_advance_the_resource_version() {
     lw.list(Ok(page("10", None, vec![])));
     lw.watch(WatchScript::Events(vec![
         Ok(WatchEvent::Added(cm("ns", "a", "11"))),
-        Ok(WatchEvent::Bookmark { resource_version: "15".into(), initial_events_end: false }),
+        Ok(WatchEvent::Bookmark {
+            resource_version: "15".into(),
+            initial_events_end: false,
+        }),
     ]));
     let r = start(&lw, no_jitter());
-    lw.wait_for("second watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 2).await;
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
     assert_eq!(watch_opts(&lw.requests()[2]).resource_version, "15");
     assert_eq!(r.status.last_sync_resource_version(), "15");
 }
@@ -234,7 +318,10 @@ async fn gone_during_watch_relists_from_last_resource_version() {
         ]))
         .list(Ok(page("30", None, vec![cm("ns", "a", "25")])));
     let r = start(&lw, no_jitter());
-    lw.wait_for("second watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 2).await;
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
     let reqs = lw.requests();
     assert_eq!(list_opts(&reqs[2]).resource_version, "11");
     assert_eq!(watch_opts(&reqs[3]).resource_version, "30");
@@ -248,11 +335,22 @@ async fn very_short_watch_counts_as_failure_and_backs_off() {
         .watch(WatchScript::Events(vec![]))
         .list(Ok(page("10", None, vec![])));
     let r = start(&lw, no_jitter());
-    lw.wait_for("second watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 2).await;
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
     let t = lw.timed_requests();
     assert!(is_list(&t[2].1), "a failed watch leads to a relist");
-    assert_eq!(t[2].0 - t[1].0, Duration::from_millis(800), "after the initial backoff");
-    assert!(r.errors.lock()[0].contains("very short watch"), "{:?}", r.errors.lock());
+    assert_eq!(
+        t[2].0 - t[1].0,
+        Duration::from_millis(800),
+        "after the initial backoff"
+    );
+    assert!(
+        r.errors.lock()[0].contains("very short watch"),
+        "{:?}",
+        r.errors.lock()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -260,10 +358,17 @@ async fn watch_start_connection_failure_backs_off_and_retries_the_watch() {
     let lw = MockLw::new();
     lw.list(Ok(page("10", None, vec![])))
         .watch(WatchScript::Fail(connection_refused()))
-        .watch(WatchScript::Fail(api_error(429, "TooManyRequests", "slow down")))
+        .watch(WatchScript::Fail(api_error(
+            429,
+            "TooManyRequests",
+            "slow down",
+        )))
         .watch(WatchScript::EventsThenHang(vec![]));
     let r = start(&lw, no_jitter());
-    lw.wait_for("third watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 3).await;
+    lw.wait_for("third watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 3
+    })
+    .await;
     let t = lw.timed_requests();
     assert_eq!(t.iter().filter(|(_, r)| is_list(r)).count(), 1, "no relist");
     assert_eq!(t[2].0 - t[1].0, Duration::from_millis(800));
@@ -278,7 +383,10 @@ async fn list_failures_back_off_exponentially_and_cap() {
     let r = start(&lw, no_jitter());
     lw.wait_for("9 lists", |rs| rs.len() >= 9).await;
     let t = lw.timed_requests();
-    let gaps: Vec<_> = t.windows(2).map(|w| (w[1].0 - w[0].0).as_millis()).collect();
+    let gaps: Vec<_> = t
+        .windows(2)
+        .map(|w| (w[1].0 - w[0].0).as_millis())
+        .collect();
     assert_eq!(gaps, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
     assert!(r.errors.lock().len() >= 8);
 }
@@ -292,7 +400,11 @@ async fn list_backoff_has_jitter_between_one_and_two_times_the_delay() {
     let mut base = 800u128;
     for w in t.windows(2) {
         let gap = (w[1].0 - w[0].0).as_millis();
-        assert!(gap >= base && gap <= 2 * base, "gap {gap} outside [{base}, {}]", 2 * base);
+        assert!(
+            gap >= base && gap <= 2 * base,
+            "gap {gap} outside [{base}, {}]",
+            2 * base
+        );
         base *= 2;
     }
 }
@@ -307,23 +419,42 @@ async fn malformed_watch_line_is_reported_and_rewatched_without_relist() {
             Err(ListWatchError::Decode(bad)),
         ]));
     let r = start(&lw, no_jitter());
-    lw.wait_for("second watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 2).await;
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
     let reqs = lw.requests();
     assert_eq!(reqs.iter().filter(|r| is_list(r)).count(), 1, "no relist");
-    assert_eq!(watch_opts(&reqs[2]).resource_version, "11", "re-fetch from the last good event");
+    assert_eq!(
+        watch_opts(&reqs[2]).resource_version,
+        "11",
+        "re-fetch from the last good event"
+    );
     assert_eq!(r.errors.lock().len(), 1);
-    assert!(r.errors.lock()[0].contains("decode"), "{:?}", r.errors.lock());
+    assert!(
+        r.errors.lock()[0].contains("decode"),
+        "{:?}",
+        r.errors.lock()
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn idle_watch_is_treated_as_dead_and_rewatched() {
     let lw = MockLw::new();
     lw.list(Ok(page("10", None, vec![])))
-        .watch(WatchScript::EventsThenHang(vec![Ok(WatchEvent::Added(cm("ns", "a", "11")))]));
+        .watch(WatchScript::EventsThenHang(vec![Ok(WatchEvent::Added(
+            cm("ns", "a", "11"),
+        ))]));
     let r = start(&lw, no_jitter().idle_timeout(Duration::from_secs(30)));
-    lw.wait_for("second watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 2).await;
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
     let t = lw.timed_requests();
-    assert_eq!(t[2].0 - t[1].0, Duration::from_secs(30) + Duration::from_millis(800));
+    assert_eq!(
+        t[2].0 - t[1].0,
+        Duration::from_secs(30) + Duration::from_millis(800)
+    );
     assert_eq!(watch_opts(&t[2].1).resource_version, "11");
     assert!(r.errors.lock()[0].contains("idle"), "{:?}", r.errors.lock());
 }
@@ -333,10 +464,16 @@ async fn default_idle_timeout_is_the_watch_timeout_plus_a_minute() {
     let lw = MockLw::new();
     lw.list(Ok(page("10", None, vec![])));
     let _r = start(&lw, no_jitter());
-    lw.wait_for("second watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 2).await;
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
     let t = lw.timed_requests();
     let timeout = u64::from(watch_opts(&t[1].1).timeout_seconds);
-    assert_eq!(t[2].0 - t[1].0, Duration::from_secs(timeout + 60) + Duration::from_millis(800));
+    assert_eq!(
+        t[2].0 - t[1].0,
+        Duration::from_secs(timeout + 60) + Duration::from_millis(800)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -348,7 +485,10 @@ async fn error_handler_sees_every_error() {
         .watch(WatchScript::Fail(api_error(403, "Forbidden", "no")))
         .list(Ok(page("10", None, vec![])));
     let r = start(&lw, no_jitter());
-    lw.wait_for("second watch", |rs| rs.iter().filter(|r| is_watch(r)).count() >= 2).await;
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
     let errs = r.errors.lock().clone();
     assert_eq!(errs.len(), 3, "{errs:?}");
     assert!(errs[0].contains("403") && errs[1].contains("500") && errs[2].contains("watch"));
@@ -359,14 +499,18 @@ async fn object_without_name_in_watch_is_reported_not_fatal() {
     let lw = MockLw::new();
     let mut nameless = cm("ns", "x", "11");
     nameless.metadata.name = None;
-    lw.list(Ok(page("10", None, vec![]))).watch(WatchScript::EventsThenHang(vec![
-        Ok(WatchEvent::Added(nameless)),
-        Ok(WatchEvent::Added(cm("ns", "b", "12"))),
-    ]));
+    lw.list(Ok(page("10", None, vec![])))
+        .watch(WatchScript::EventsThenHang(vec![
+            Ok(WatchEvent::Added(nameless)),
+            Ok(WatchEvent::Added(cm("ns", "b", "12"))),
+        ]));
     let r = start(&lw, no_jitter());
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(r.errors.lock().len(), 1);
-    assert_eq!(drain(&r.fifo).await, vec![("ns/b".into(), vec![DeltaType::Added])]);
+    assert_eq!(
+        drain(&r.fifo).await,
+        vec![("ns/b".into(), vec![DeltaType::Added])]
+    );
     assert_eq!(r.status.last_sync_resource_version(), "12");
 }
 
@@ -380,9 +524,15 @@ async fn streaming_list_replaces_at_initial_events_end_bookmark_and_continues_sa
         WatchEvent::Added(cm("ns", "a", "5")),
         WatchEvent::Added(cm("ns", "b", "6")),
         WatchEvent::Deleted(cm("ns", "b", "7")),
-        WatchEvent::Bookmark { resource_version: "7".into(), initial_events_end: false },
+        WatchEvent::Bookmark {
+            resource_version: "7".into(),
+            initial_events_end: false,
+        },
         WatchEvent::Added(cm("ns", "c", "8")),
-        WatchEvent::Bookmark { resource_version: "9".into(), initial_events_end: true },
+        WatchEvent::Bookmark {
+            resource_version: "9".into(),
+            initial_events_end: true,
+        },
         WatchEvent::Modified(cm("ns", "a", "10")),
     ] {
         tx.send(Ok(ev)).unwrap();
@@ -409,9 +559,13 @@ async fn streaming_list_replaces_at_initial_events_end_bookmark_and_continues_sa
 #[tokio::test(start_paused = true)]
 async fn streaming_list_falls_back_to_list_when_refused() {
     let lw = MockLw::new();
-    lw.watch(WatchScript::Fail(api_error(400, "BadRequest", "sendInitialEvents is forbidden")))
-        .list(Ok(page("10", None, vec![cm("ns", "a", "3")])))
-        .watch(WatchScript::EventsThenHang(vec![]));
+    lw.watch(WatchScript::Fail(api_error(
+        400,
+        "BadRequest",
+        "sendInitialEvents is forbidden",
+    )))
+    .list(Ok(page("10", None, vec![cm("ns", "a", "3")])))
+    .watch(WatchScript::EventsThenHang(vec![]));
     let r = start(&lw, no_jitter().streaming_list(true));
     lw.wait_for("list then watch", |rs| rs.len() >= 3).await;
     let reqs = lw.requests();
@@ -430,8 +584,14 @@ async fn resync_period_queues_sync_deltas_when_asked() {
     let fifo = Arc::new(DeltaFifo::new(Some(Arc::new(indexer.clone()))));
     let asked = Arc::new(AtomicUsize::new(0));
     let a = asked.clone();
-    let r = Reflector::new(lw.clone(), fifo.clone(), no_jitter().resync_period(Duration::from_secs(10)))
-        .with_should_resync(Arc::new(move || a.fetch_add(1, Ordering::SeqCst) % 2 == 0));
+    let r = Reflector::new(
+        lw.clone(),
+        fifo.clone(),
+        no_jitter().resync_period(Duration::from_secs(10)),
+    )
+    .with_should_resync(Arc::new(move || {
+        a.fetch_add(1, Ordering::SeqCst).is_multiple_of(2)
+    }));
     let task = tokio::spawn(r.run(futures::future::pending()));
     lw.wait_for("watch", |rs| rs.iter().any(is_watch)).await;
     // Apply the list to the indexer as an informer would.
@@ -441,9 +601,15 @@ async fn resync_period_queues_sync_deltas_when_asked() {
     .await
     .unwrap();
     tokio::time::sleep(Duration::from_secs(10) + Duration::from_millis(10)).await;
-    assert_eq!(drain(&fifo).await, vec![("ns/a".into(), vec![DeltaType::Sync])]);
+    assert_eq!(
+        drain(&fifo).await,
+        vec![("ns/a".into(), vec![DeltaType::Sync])]
+    );
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert!(fifo.is_empty(), "the second tick was declined by should_resync");
+    assert!(
+        fifo.is_empty(),
+        "the second tick was declined by should_resync"
+    );
     assert_eq!(asked.load(Ordering::SeqCst), 2);
     task.abort();
 }

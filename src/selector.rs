@@ -1,0 +1,379 @@
+//! A parser for the Kubernetes label-selector string syntax into [`kube::core::Selector`].
+//!
+//! `kube-core` can build, print and evaluate selectors but cannot read the string form that
+//! users type (`app=web,tier in (fe,be),!canary`). This module fills that gap, following the
+//! grammar of apimachinery's `pkg/labels/selector.go` (`Parse`): comma-joined requirements, each
+//! `key`, `!key`, `key=value`, `key==value`, `key!=value`, `key in (v1,v2)` or
+//! `key notin (v1,v2)`. The numeric operators `gt`/`lt` (`key>1`) are rejected because
+//! [`kube::core::Expression`] cannot represent them.
+
+use std::collections::BTreeSet;
+
+use kube::core::{Expression, Selector};
+
+/// Why a label-selector string could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid label selector {selector:?}: {reason}")]
+pub struct SelectorParseError {
+    /// The selector string as given.
+    pub selector: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Ident(String),
+    Eq,
+    DoubleEq,
+    NotEq,
+    Bang,
+    In,
+    NotIn,
+    Open,
+    Close,
+    Comma,
+    Gt,
+    Lt,
+}
+
+/// Characters that end an identifier, as in apimachinery's lexer (`isSpecialSymbol`,
+/// `isWhitespace`).
+fn is_delimiter(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '=' | '!' | '(' | ')' | ',' | '>' | '<')
+}
+
+fn lex(input: &str) -> Vec<Token> {
+    let mut tokens = Vec::new();
+    let mut chars = input.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        chars.next();
+        let token = match c {
+            '=' if chars.peek() == Some(&'=') => {
+                chars.next();
+                Token::DoubleEq
+            }
+            '=' => Token::Eq,
+            '!' if chars.peek() == Some(&'=') => {
+                chars.next();
+                Token::NotEq
+            }
+            '!' => Token::Bang,
+            '(' => Token::Open,
+            ')' => Token::Close,
+            ',' => Token::Comma,
+            '>' => Token::Gt,
+            '<' => Token::Lt,
+            _ => {
+                let mut word = String::from(c);
+                while let Some(&n) = chars.peek() {
+                    if is_delimiter(n) {
+                        break;
+                    }
+                    word.push(n);
+                    chars.next();
+                }
+                match word.as_str() {
+                    "in" => Token::In,
+                    "notin" => Token::NotIn,
+                    _ => Token::Ident(word),
+                }
+            }
+        };
+        tokens.push(token);
+    }
+    tokens
+}
+
+/// Label keys are an optional DNS-subdomain prefix and a `/`, then a name of at most 63
+/// characters (apimachinery `validation.IsQualifiedName`).
+fn validate_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        let ok = !prefix.is_empty()
+            && prefix.len() <= 253
+            && prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        if !ok {
+            return Err(format!("invalid label key prefix {prefix:?}"));
+        }
+    }
+    if name.is_empty() || name.len() > 63 || !is_label_chars(name) {
+        return Err(format!("invalid label key {key:?}"));
+    }
+    Ok(())
+}
+
+/// Label values: empty, or at most 63 alphanumerics, `-`, `_`, `.`, starting and ending with an
+/// alphanumeric (apimachinery `validation.IsValidLabelValue`).
+fn validate_value(value: &str) -> Result<(), String> {
+    if value.is_empty() || (value.len() <= 63 && is_label_chars(value)) {
+        Ok(())
+    } else {
+        Err(format!("invalid label value {value:?}"))
+    }
+}
+
+fn is_label_chars(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    s.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+        && s.chars().next().is_some_and(alnum)
+        && s.chars().last().is_some_and(alnum)
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    pos: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.pos)
+    }
+
+    fn next(&mut self) -> Option<Token> {
+        let t = self.tokens.get(self.pos).cloned();
+        self.pos += 1;
+        t
+    }
+
+    fn requirement(&mut self) -> Result<Expression, String> {
+        let negated = if self.peek() == Some(&Token::Bang) {
+            self.next();
+            true
+        } else {
+            false
+        };
+        let key = match self.next() {
+            Some(Token::Ident(k)) => k,
+            other => return Err(format!("expected a label key, found {other:?}")),
+        };
+        validate_key(&key)?;
+        if negated {
+            return match self.peek() {
+                None | Some(Token::Comma) => Ok(Expression::DoesNotExist(key)),
+                Some(t) => Err(format!("unexpected {t:?} after !{key}")),
+            };
+        }
+        match self.next() {
+            None => Ok(Expression::Exists(key)),
+            Some(Token::Comma) => {
+                // Put the comma back: the caller consumes separators.
+                self.pos -= 1;
+                Ok(Expression::Exists(key))
+            }
+            Some(Token::Eq | Token::DoubleEq) => Ok(Expression::Equal(key, self.value()?)),
+            Some(Token::NotEq) => Ok(Expression::NotEqual(key, self.value()?)),
+            Some(Token::In) => Ok(Expression::In(key, self.set()?)),
+            Some(Token::NotIn) => Ok(Expression::NotIn(key, self.set()?)),
+            Some(Token::Gt | Token::Lt) => Err(format!(
+                "numeric comparison on {key:?} is not supported by kube::core::Expression"
+            )),
+            Some(t) => Err(format!("unexpected {t:?} after key {key:?}")),
+        }
+    }
+
+    /// A single value; an empty value (`a=`) is allowed, as in apimachinery.
+    fn value(&mut self) -> Result<String, String> {
+        match self.peek() {
+            Some(Token::Ident(_)) => match self.next() {
+                Some(Token::Ident(v)) => {
+                    validate_value(&v)?;
+                    Ok(v)
+                }
+                _ => unreachable!("peeked an identifier"),
+            },
+            None | Some(Token::Comma) => Ok(String::new()),
+            Some(t) => Err(format!("expected a value, found {t:?}")),
+        }
+    }
+
+    fn set(&mut self) -> Result<BTreeSet<String>, String> {
+        if self.next() != Some(Token::Open) {
+            return Err("expected '(' after set operator".into());
+        }
+        let mut values = BTreeSet::new();
+        loop {
+            match self.next() {
+                Some(Token::Ident(v)) => {
+                    validate_value(&v)?;
+                    values.insert(v);
+                }
+                Some(Token::Close) if values.is_empty() => {
+                    // apimachinery `NewRequirement`: set operators need at least one value.
+                    return Err("for 'in', 'notin' operators, values set can't be empty".into());
+                }
+                t => return Err(format!("expected a value in set, found {t:?}")),
+            }
+            match self.next() {
+                Some(Token::Comma) => continue,
+                Some(Token::Close) => return Ok(values),
+                t => return Err(format!("expected ',' or ')' in set, found {t:?}")),
+            }
+        }
+    }
+}
+
+/// Parses a label selector in the Kubernetes string syntax.
+///
+/// The empty (or all-whitespace) string selects everything.
+///
+/// ```
+/// use kube::core::SelectorExt;
+/// use std::collections::BTreeMap;
+///
+/// let sel = kube_informer::parse_label_selector("app=web, tier in (fe,be), !canary")?;
+/// let labels = BTreeMap::from([
+///     ("app".to_string(), "web".to_string()),
+///     ("tier".to_string(), "fe".to_string()),
+/// ]);
+/// assert!(sel.matches(&labels));
+/// assert!(kube_informer::parse_label_selector("a in ()").is_err());
+/// # Ok::<(), kube_informer::selector::SelectorParseError>(())
+/// ```
+///
+/// # Errors
+///
+/// [`SelectorParseError`] for a syntax error, an invalid key or value, an empty set, or a
+/// numeric operator (`>`/`<`), which [`Expression`] cannot represent.
+pub fn parse_label_selector(input: &str) -> Result<Selector, SelectorParseError> {
+    let fail = |reason: String| SelectorParseError {
+        selector: input.to_string(),
+        reason,
+    };
+    let tokens = lex(input);
+    let mut parser = Parser { tokens, pos: 0 };
+    let mut exprs = Vec::new();
+    if parser.peek().is_none() {
+        return Ok(Selector::default());
+    }
+    loop {
+        exprs.push(parser.requirement().map_err(fail)?);
+        match parser.next() {
+            None => break,
+            Some(Token::Comma) if parser.peek().is_some() => continue,
+            Some(t) => return Err(fail(format!("unexpected {t:?} after requirement"))),
+        }
+    }
+    Ok(exprs.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::SelectorExt;
+    use std::collections::BTreeMap;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn set(v: &[&str]) -> BTreeSet<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn empty_selector_selects_everything() {
+        assert!(parse_label_selector("").unwrap().selects_all());
+        assert!(parse_label_selector("   ").unwrap().selects_all());
+    }
+
+    #[test]
+    fn every_operator_parses_to_its_expression() {
+        let sel =
+            parse_label_selector("a=b,c==d,e!=f,g in (x, y),h notin (z),i,!j,example.com/k=v")
+                .unwrap();
+        let expected: Selector = vec![
+            Expression::Equal("a".into(), "b".into()),
+            Expression::Equal("c".into(), "d".into()),
+            Expression::NotEqual("e".into(), "f".into()),
+            Expression::In("g".into(), set(&["x", "y"])),
+            Expression::NotIn("h".into(), set(&["z"])),
+            Expression::Exists("i".into()),
+            Expression::DoesNotExist("j".into()),
+            Expression::Equal("example.com/k".into(), "v".into()),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(sel, expected);
+    }
+
+    #[test]
+    fn empty_value_is_allowed_like_apimachinery() {
+        let sel = parse_label_selector("a=").unwrap();
+        assert_eq!(
+            sel,
+            Selector::from(Expression::Equal("a".into(), String::new()))
+        );
+    }
+
+    #[test]
+    fn parsed_selector_matches_like_the_api_server() {
+        let sel = parse_label_selector("app=web,tier notin (db),!canary").unwrap();
+        assert!(sel.matches(&labels(&[("app", "web")])));
+        assert!(sel.matches(&labels(&[("app", "web"), ("tier", "fe")])));
+        assert!(!sel.matches(&labels(&[("app", "web"), ("tier", "db")])));
+        assert!(!sel.matches(&labels(&[("app", "web"), ("canary", "")])));
+        assert!(!sel.matches(&labels(&[("app", "api")])));
+    }
+
+    #[test]
+    fn display_round_trips() {
+        let text = "a=b,c!=d,e in (x,y),f notin (z),g,!h";
+        assert_eq!(parse_label_selector(text).unwrap().to_string(), text);
+    }
+
+    #[test]
+    fn malformed_selectors_are_errors_not_panics() {
+        for bad in [
+            "a in ()",
+            "a in (x",
+            "a in x",
+            "a=b,",
+            ",a",
+            "a=(b)",
+            "!a=b",
+            "a>1",
+            "a<1",
+            "=b",
+            "a b",
+            "a=b c",
+            "-a=b",
+            "a=-b",
+            "a==",
+            "a,,b",
+            "a notin",
+            "UPPER/x=y",
+            "a=b=c",
+            "(",
+            ")",
+            "!",
+        ] {
+            let r = parse_label_selector(bad);
+            if bad == "a==" {
+                // `a==` is `a` equal to the empty value, valid in apimachinery too.
+                assert!(r.is_ok(), "{bad:?} should parse");
+                continue;
+            }
+            assert!(r.is_err(), "{bad:?} should be rejected, got {r:?}");
+        }
+    }
+
+    #[test]
+    fn error_names_the_selector() {
+        let err = parse_label_selector("a in ()").unwrap_err();
+        assert_eq!(err.selector, "a in ()");
+        assert!(err.to_string().contains("can't be empty"), "{err}");
+    }
+}

@@ -1,0 +1,410 @@
+//! Request parsing: query parameters, field selectors, continue tokens, and `Status` errors.
+
+use std::fmt::Write as _;
+
+use kube::core::{Selector, SelectorExt};
+use serde_json::{Value, json};
+
+use crate::selector::parse_label_selector;
+
+/// The list/watch query parameters of one request, as the fake server understood them.
+///
+/// Absent parameters are `None`; values are kept as sent (after URL decoding) so tests can
+/// assert exactly what a client asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryParams {
+    /// `resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `resourceVersionMatch` (`Exact` or `NotOlderThan`).
+    pub resource_version_match: Option<String>,
+    /// `limit`, as sent.
+    pub limit: Option<String>,
+    /// `continue`.
+    pub continue_token: Option<String>,
+    /// `watch` (`true` or `1` start a watch).
+    pub watch: Option<String>,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<String>,
+    /// `allowWatchBookmarks`.
+    pub allow_watch_bookmarks: Option<String>,
+    /// `sendInitialEvents`.
+    pub send_initial_events: Option<String>,
+    /// `labelSelector`.
+    pub label_selector: Option<String>,
+    /// `fieldSelector`.
+    pub field_selector: Option<String>,
+}
+
+impl QueryParams {
+    /// Parses a raw query string (`a=b&c=d`), URL-decoding keys and values.
+    pub(crate) fn parse(query: Option<&str>) -> Self {
+        let mut q = QueryParams::default();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let (k, v) = (url_decode(k), url_decode(v));
+            let slot = match k.as_str() {
+                "resourceVersion" => &mut q.resource_version,
+                "resourceVersionMatch" => &mut q.resource_version_match,
+                "limit" => &mut q.limit,
+                "continue" => &mut q.continue_token,
+                "watch" => &mut q.watch,
+                "timeoutSeconds" => &mut q.timeout_seconds,
+                "allowWatchBookmarks" => &mut q.allow_watch_bookmarks,
+                "sendInitialEvents" => &mut q.send_initial_events,
+                "labelSelector" => &mut q.label_selector,
+                "fieldSelector" => &mut q.field_selector,
+                _ => continue,
+            };
+            *slot = Some(v);
+        }
+        q
+    }
+
+    /// Whether this request asks for a watch (`watch=true` or `watch=1`).
+    pub fn is_watch(&self) -> bool {
+        flag(self.watch.as_deref())
+    }
+
+    pub(crate) fn bookmarks(&self) -> bool {
+        flag(self.allow_watch_bookmarks.as_deref())
+    }
+}
+
+/// Go's `strconv.ParseBool` truth values, which the API server uses for boolean parameters.
+pub(crate) fn flag(v: Option<&str>) -> bool {
+    matches!(v, Some("true" | "1" | "t" | "T" | "TRUE" | "True"))
+}
+
+/// Decodes `application/x-www-form-urlencoded` text; malformed escapes are kept verbatim rather
+/// than rejected, since the server must never fail on odd input.
+pub(crate) fn url_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An API error, rendered as a `meta/v1 Status` object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    /// `details.causes`: `(type, message)` pairs.
+    pub causes: Vec<(&'static str, String)>,
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            causes: Vec::new(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    pub fn not_found(what: &str, name: &str) -> Self {
+        Self::new(404, "NotFound", format!("{what} \"{name}\" not found"))
+    }
+
+    /// apimachinery `errors.NewInvalid` for `ListOptions`, which the handlers return when
+    /// `ValidateListOptions` fails (`apiserver/pkg/endpoints/handlers/get.go`).
+    pub fn invalid_list_options(problems: &[String]) -> Self {
+        Self::new(
+            422,
+            "Invalid",
+            format!(
+                "ListOptions.meta.k8s.io \"\" is invalid: {}",
+                problems.join(", ")
+            ),
+        )
+    }
+
+    /// `errors.NewResourceExpired`: what the watch cache and etcd return for compacted RVs.
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    pub fn too_old(rv: u64, oldest: u64) -> Self {
+        Self::expired(format!("too old resource version: {rv} ({oldest})"))
+    }
+
+    /// apiserver `storage.NewTooLargeResourceVersionError`: a 504 `Timeout` whose cause type is
+    /// `ResourceVersionTooLarge`; client-go's `IsTooLargeResourceVersionError` checks either.
+    pub fn too_large(rv: u64, current: u64) -> Self {
+        let mut e = Self::new(
+            504,
+            "Timeout",
+            format!("Timeout: Too large resource version: {rv}, current: {current}"),
+        );
+        e.causes.push((
+            "ResourceVersionTooLarge",
+            "Too large resource version".into(),
+        ));
+        e
+    }
+
+    pub fn status_json(&self) -> Value {
+        let mut details = json!({});
+        if !self.causes.is_empty() {
+            details["causes"] = self
+                .causes
+                .iter()
+                .map(|(t, m)| json!({"reason": t, "message": m}))
+                .collect();
+        }
+        if self.code == 504 || self.code == 429 {
+            details["retryAfterSeconds"] = json!(1);
+        }
+        json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": details,
+            "code": self.code,
+        })
+    }
+}
+
+/// The conventional reason for a status code, used by injected faults.
+pub(crate) fn reason_for(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        410 => "Expired",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "InternalError",
+    }
+}
+
+/// One `metadata.name` / `metadata.namespace` requirement of a field selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FieldRequirement {
+    field: Field,
+    value: String,
+    equal: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Name,
+    Namespace,
+}
+
+/// A parsed field selector; only the fields every resource supports are accepted, like the
+/// generic registry's `DefaultClusterScopedAttr`/`DefaultNamespaceScopedAttr`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FieldSelector(Vec<FieldRequirement>);
+
+impl FieldSelector {
+    pub fn parse(input: &str) -> Result<Self, ApiError> {
+        let mut reqs = Vec::new();
+        for part in input.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (field, value, equal) = if let Some((f, v)) = part.split_once("!=") {
+                (f, v, false)
+            } else if let Some((f, v)) = part.split_once("==") {
+                (f, v, true)
+            } else if let Some((f, v)) = part.split_once('=') {
+                (f, v, true)
+            } else {
+                return Err(ApiError::bad_request(format!(
+                    "invalid field selector {input:?}: invalid selector: '{part}'; can't understand '{part}'"
+                )));
+            };
+            let field = match field.trim() {
+                "metadata.name" => Field::Name,
+                "metadata.namespace" => Field::Namespace,
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "field label not supported: {other}"
+                    )));
+                }
+            };
+            reqs.push(FieldRequirement {
+                field,
+                value: value.trim().to_string(),
+                equal,
+            });
+        }
+        Ok(Self(reqs))
+    }
+
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.0.iter().all(|r| {
+            let path = match r.field {
+                Field::Name => "name",
+                Field::Namespace => "namespace",
+            };
+            let actual = obj["metadata"][path].as_str().unwrap_or("");
+            (actual == r.value) == r.equal
+        })
+    }
+}
+
+/// Label and field selectors of a list or watch.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Filter {
+    pub labels: Selector,
+    pub fields: FieldSelector,
+    /// The namespace of the request path, if any.
+    pub namespace: Option<String>,
+}
+
+impl Filter {
+    pub fn from_query(q: &QueryParams, namespace: Option<String>) -> Result<Self, ApiError> {
+        let labels = match q.label_selector.as_deref() {
+            Some(s) => parse_label_selector(s)
+                .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
+            None => Selector::default(),
+        };
+        let fields = match q.field_selector.as_deref() {
+            Some(s) => FieldSelector::parse(s)?,
+            None => FieldSelector::default(),
+        };
+        Ok(Self {
+            labels,
+            fields,
+            namespace,
+        })
+    }
+
+    pub fn matches(&self, obj: &Value) -> bool {
+        if let Some(ns) = &self.namespace
+            && obj["metadata"]["namespace"].as_str() != Some(ns.as_str())
+        {
+            return false;
+        }
+        if !self.fields.matches(obj) {
+            return false;
+        }
+        if self.labels.selects_all() {
+            return true;
+        }
+        let labels = obj["metadata"]["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.labels.matches(&labels)
+    }
+}
+
+/// The state a continue token carries: the snapshot RV of the first page and the last key
+/// served. Like the apiserver's (`storage/continue.go`), it is opaque to clients; here it is
+/// hex-encoded `rv/key`.
+pub(crate) fn encode_continue(rv: u64, last_key: &str) -> String {
+    let raw = format!("{rv}/{last_key}");
+    let mut out = String::with_capacity(raw.len() * 2);
+    for b in raw.bytes() {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+pub(crate) fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
+    let bad = || ApiError::bad_request(format!("continue key is not valid: {token:?}"));
+    if !token.len().is_multiple_of(2) || !token.is_ascii() {
+        return Err(bad());
+    }
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&token[i..i + 2], 16).ok())
+        .collect();
+    let raw = String::from_utf8(bytes.ok_or_else(bad)?).map_err(|_| bad())?;
+    let (rv, key) = raw.split_once('/').ok_or_else(bad)?;
+    Ok((rv.parse().map_err(|_| bad())?, key.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_decode_handles_escapes_plus_and_garbage() {
+        assert_eq!(url_decode("a%3Db+c"), "a=b c");
+        assert_eq!(url_decode("%"), "%");
+        assert_eq!(url_decode("%z1"), "%z1");
+        assert_eq!(url_decode("100%"), "100%");
+        assert_eq!(url_decode("%4"), "%4");
+    }
+
+    #[test]
+    fn query_params_are_parsed_and_decoded() {
+        let q = QueryParams::parse(Some(
+            "watch=1&labelSelector=app%3Dweb&resourceVersion=5&unknown=x&limit",
+        ));
+        assert!(q.is_watch());
+        assert_eq!(q.label_selector.as_deref(), Some("app=web"));
+        assert_eq!(q.resource_version.as_deref(), Some("5"));
+        assert_eq!(q.limit.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn continue_token_round_trips_and_rejects_garbage() {
+        let t = encode_continue(42, "ns/name");
+        assert_eq!(decode_continue(&t).unwrap(), (42, "ns/name".to_string()));
+        for bad in ["", "zz", "abc", "é", "6161"] {
+            assert_eq!(decode_continue(bad).unwrap_err().code, 400, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn field_selector_supports_name_and_namespace_only() {
+        let obj = json!({"metadata": {"name": "a", "namespace": "ns"}});
+        assert!(
+            FieldSelector::parse("metadata.name=a")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(
+            FieldSelector::parse("metadata.name==a,metadata.namespace=ns")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.namespace!=ns")
+                .unwrap()
+                .matches(&obj)
+        );
+        assert_eq!(FieldSelector::parse("spec.x=1").unwrap_err().code, 400);
+        assert_eq!(FieldSelector::parse("metadata.name").unwrap_err().code, 400);
+    }
+}

@@ -1,0 +1,751 @@
+//! The HTTP side of the fake API server: routing, list and watch handlers, the watch stream.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::faults::Verb;
+use super::query::{
+    ApiError, Filter, QueryParams, decode_continue, encode_continue, flag, reason_for,
+};
+use super::store::{EventKind, ResourceInfo, StoredEvent, WatchMsg, WatchStart};
+use super::{RecordedRequest, Shared};
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+/// The largest request body accepted; larger ones are refused rather than buffered.
+const MAX_BODY: usize = 16 << 20;
+
+pub(crate) async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        let stream = tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Transient accept errors (e.g. too many open files) must not end the server.
+                Err(_) => continue,
+            },
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut shutdown = shared.shutdown.subscribe();
+            let mut restart = shared.conn_abort.subscribe();
+            let svc_shared = shared.clone();
+            let svc = hyper::service::service_fn(move |req| handle(svc_shared.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc);
+            // Dropping the connection future closes the socket without a goodbye, which is
+            // what a crashed or restarted API server looks like to clients.
+            tokio::select! {
+                _ = conn => {}
+                _ = shutdown.wait_for(|s| *s) => {}
+                _ = restart.changed() => {}
+            }
+        });
+    }
+}
+
+/// Where a request path points.
+struct Route {
+    res: usize,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+fn full(status: u16, body: &Value) -> Response<Body> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut resp = Response::new(
+        Full::new(Bytes::from(bytes))
+            .map_err(|e| match e {})
+            .boxed(),
+    );
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let mut resp = full(e.code, &e.status_json());
+    if e.code == 429 {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    resp
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = QueryParams::parse(req.uri().query());
+    let metadata_only = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"));
+    let route = resolve(&shared, &path);
+    let verb = match (&method, &route) {
+        (&Method::GET, Ok(Some(r))) if r.name.is_some() => Verb::Get,
+        (&Method::GET, Ok(Some(_))) if query.is_watch() => Verb::Watch,
+        (&Method::GET, Ok(Some(_))) => Verb::List,
+        (&Method::POST, Ok(Some(_))) => Verb::Create,
+        (&Method::PUT, Ok(Some(_))) => Verb::Update,
+        (&Method::DELETE, Ok(Some(_))) => Verb::Delete,
+        _ => Verb::Other,
+    };
+
+    let resp = if let Some(code) = shared.faults.take_failure(verb) {
+        error_response(&ApiError::new(
+            code,
+            reason_for(code),
+            format!("injected fault: status {code}"),
+        ))
+    } else {
+        let body = if matches!(verb, Verb::Create | Verb::Update) {
+            match read_body(req).await {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    return Ok(record(
+                        &shared,
+                        method,
+                        path,
+                        verb,
+                        query,
+                        error_response(&e),
+                    ));
+                }
+            }
+        } else {
+            None
+        };
+        match dispatch(&shared, &method, &path, route, &query, body, metadata_only) {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        }
+    };
+    Ok(record(&shared, method, path, verb, query, resp))
+}
+
+fn record(
+    shared: &Shared,
+    method: Method,
+    path: String,
+    verb: Verb,
+    query: QueryParams,
+    resp: Response<Body>,
+) -> Response<Body> {
+    shared.requests.lock().push(RecordedRequest {
+        method: method.to_string(),
+        path,
+        verb,
+        query,
+        status: resp.status().as_u16(),
+    });
+    resp
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Value, ApiError> {
+    let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY);
+    let bytes = limited
+        .collect()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the request body failed: {e}")))?
+        .to_bytes();
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+/// Maps a path to a registered resource. `Ok(None)` is a non-resource path (`/version`).
+fn resolve(shared: &Shared, path: &str) -> Result<Option<Route>, ApiError> {
+    let not_found = || {
+        ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    };
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["version"] => return Ok(None),
+        ["api", "v1", rest @ ..] => ("", "v1", rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Err(not_found()),
+    };
+    let (namespace, plural, name) = match rest {
+        ["namespaces", ns, plural] => (Some(*ns), *plural, None),
+        ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name)),
+        [plural] => (None, *plural, None),
+        [plural, name] => (None, *plural, Some(*name)),
+        _ => return Err(not_found()),
+    };
+    let store = shared.store.lock();
+    let res = store.lookup(group, version, plural).ok_or_else(not_found)?;
+    if namespace.is_some() && !store.info(res).namespaced {
+        return Err(not_found());
+    }
+    if namespace.is_none() && name.is_some() && store.info(res).namespaced {
+        return Err(not_found());
+    }
+    if namespace.is_some_and(str::is_empty) || name.is_some_and(str::is_empty) {
+        return Err(not_found());
+    }
+    Ok(Some(Route {
+        res,
+        namespace: namespace.map(str::to_string),
+        name: name.map(str::to_string),
+    }))
+}
+
+fn dispatch(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    route: Result<Option<Route>, ApiError>,
+    query: &QueryParams,
+    body: Option<Value>,
+    metadata_only: bool,
+) -> Result<Response<Body>, ApiError> {
+    let Some(route) = route? else {
+        if method == Method::GET && path.trim_matches('/') == "version" {
+            return Ok(full(
+                200,
+                &json!({
+                    "major": "1", "minor": "37", "gitVersion": "v1.37.0-fake",
+                    "gitCommit": "", "gitTreeState": "clean", "buildDate": "",
+                    "goVersion": "", "compiler": "gc", "platform": "linux/amd64",
+                }),
+            ));
+        }
+        return Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ));
+    };
+    let ns = route.namespace.as_deref();
+    let present = |v: Value| if metadata_only { partial(&v) } else { v };
+    let info = shared.store.lock().info(route.res).clone();
+    match (method, route.name.as_deref()) {
+        (&Method::GET, Some(name)) => {
+            let v = shared.store.lock().get(route.res, ns, name)?;
+            Ok(full(200, &present(v)))
+        }
+        (&Method::GET, None) if query.is_watch() => watch(
+            shared,
+            route.res,
+            &info,
+            route.namespace,
+            query,
+            metadata_only,
+        ),
+        (&Method::GET, None) => list(
+            shared,
+            route.res,
+            &info,
+            route.namespace,
+            query,
+            metadata_only,
+        ),
+        (&Method::POST, None) => {
+            let v = shared
+                .store
+                .lock()
+                .create(route.res, ns, body.unwrap_or(Value::Null))?;
+            Ok(full(201, &present(v)))
+        }
+        (&Method::PUT, Some(name)) => {
+            let v = shared.store.lock().update(
+                route.res,
+                ns,
+                Some(name),
+                body.unwrap_or(Value::Null),
+            )?;
+            Ok(full(200, &present(v)))
+        }
+        (&Method::DELETE, Some(name)) => {
+            let v = shared.store.lock().delete(route.res, ns, name)?;
+            Ok(full(200, &present(v)))
+        }
+        _ => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )),
+    }
+}
+
+/// The metadata-only form the apiserver returns for `as=PartialObjectMetadata`.
+fn partial(obj: &Value) -> Value {
+    json!({
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": obj["metadata"].clone(),
+    })
+}
+
+fn parse_rv(rv: &str) -> Result<u64, ApiError> {
+    rv.parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))
+}
+
+/// apimachinery `ValidateListOptions` for lists (`internalversion/validation`).
+fn validate_list(q: &QueryParams) -> Result<(), ApiError> {
+    let mut problems = Vec::new();
+    if let Some(m) = q
+        .resource_version_match
+        .as_deref()
+        .filter(|m| !m.is_empty())
+    {
+        let rv = q.resource_version.as_deref().unwrap_or("");
+        if rv.is_empty() {
+            problems.push("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".to_string());
+        }
+        if q.continue_token.as_deref().is_some_and(|c| !c.is_empty()) {
+            problems.push("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided".to_string());
+        }
+        if m != "Exact" && m != "NotOlderThan" {
+            problems.push(format!("resourceVersionMatch: Unsupported value: {m:?}"));
+        }
+        if m == "Exact" && rv == "0" {
+            problems.push("resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".to_string());
+        }
+    }
+    if q.send_initial_events.is_some() {
+        problems.push(
+            "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list".to_string(),
+        );
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_list_options(&problems))
+    }
+}
+
+fn list(
+    shared: &Shared,
+    res: usize,
+    info: &ResourceInfo,
+    namespace: Option<String>,
+    q: &QueryParams,
+    metadata_only: bool,
+) -> Result<Response<Body>, ApiError> {
+    validate_list(q)?;
+    let filter = Filter::from_query(q, namespace)?;
+    let limit = match q.limit.as_deref().filter(|l| !l.is_empty()) {
+        Some(l) => l
+            .parse::<i64>()
+            .map_err(|_| ApiError::bad_request(format!("invalid limit: {l:?}")))?,
+        None => 0,
+    };
+    let rv = q.resource_version.as_deref().unwrap_or("");
+    let rv_match = q.resource_version_match.as_deref().unwrap_or("");
+    let store = shared.store.lock();
+    let continue_token = q.continue_token.as_deref().filter(|c| !c.is_empty());
+    let (at, start_after) = if let Some(token) = continue_token {
+        // apiserver etcd3 store `GetList`: a continue token carries its own RV.
+        if !rv.is_empty() && rv != "0" {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        let (at, key) = decode_continue(token)?;
+        if at < store.oldest_rv() {
+            return Err(ApiError::expired(
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+            ));
+        }
+        (Some(at), Some(key))
+    } else if rv.is_empty() || rv == "0" {
+        (None, None)
+    } else {
+        let n = parse_rv(rv)?;
+        // Exact match, or the legacy paged read at an RV, reads that exact snapshot; any other
+        // RV means "not older than", served from the current state (k8s API concepts,
+        // "Semantics for get and list").
+        if rv_match == "Exact" || (rv_match.is_empty() && limit > 0) {
+            (Some(n), None)
+        } else if n > store.current_rv() {
+            return Err(ApiError::too_large(n, store.current_rv()));
+        } else {
+            (None, None)
+        }
+    };
+    let (snapshot_rv, items) = store.snapshot(res, at)?;
+    drop(store);
+    let mut matching: Vec<(String, Arc<Value>)> = items
+        .into_iter()
+        .filter(|(k, _)| start_after.as_ref().is_none_or(|s| k.as_str() > s.as_str()))
+        .filter(|(_, v)| filter.matches(v))
+        .collect();
+    let rest = match usize::try_from(limit) {
+        Ok(l) if l > 0 && matching.len() > l => matching.split_off(l),
+        _ => Vec::new(),
+    };
+    let mut meta = json!({ "resourceVersion": snapshot_rv.to_string() });
+    if let Some((last, _)) = matching.last().filter(|_| !rest.is_empty()) {
+        meta["continue"] = json!(encode_continue(snapshot_rv, last));
+        // Like the apiserver, the count is only known without selectors.
+        if q.label_selector.as_deref().unwrap_or("").is_empty()
+            && q.field_selector.as_deref().unwrap_or("").is_empty()
+        {
+            meta["remainingItemCount"] = json!(rest.len());
+        }
+    }
+    let items: Vec<Value> = matching
+        .into_iter()
+        .map(|(_, v)| {
+            if metadata_only {
+                partial(&v)
+            } else {
+                (*v).clone()
+            }
+        })
+        .collect();
+    let (api_version, kind) = if metadata_only {
+        (
+            "meta.k8s.io/v1".to_string(),
+            "PartialObjectMetadataList".to_string(),
+        )
+    } else {
+        (info.api_version(), format!("{}List", info.kind))
+    };
+    Ok(full(
+        200,
+        &json!({ "apiVersion": api_version, "kind": kind, "metadata": meta, "items": items }),
+    ))
+}
+
+/// apimachinery `validateWatchOptions`, plus the `WatchList` feature switch.
+fn validate_watch(q: &QueryParams, watch_list: bool) -> Result<(), ApiError> {
+    let mut problems = Vec::new();
+    let m = q.resource_version_match.as_deref().unwrap_or("");
+    if q.send_initial_events.is_some() {
+        if m != "NotOlderThan" {
+            problems.push("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".to_string());
+        }
+        if !watch_list {
+            problems.push("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled".to_string());
+        }
+    }
+    if !m.is_empty() {
+        if q.send_initial_events.is_none() {
+            problems.push("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".to_string());
+        }
+        if m != "NotOlderThan" {
+            problems.push(format!("resourceVersionMatch: Unsupported value: {m:?}"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_list_options(&problems))
+    }
+}
+
+/// Everything a watch stream needs besides its channel.
+struct WatchCtx {
+    info: ResourceInfo,
+    filter: Filter,
+    metadata_only: bool,
+    bookmarks: bool,
+    timeout: Option<Duration>,
+    interval: Option<Duration>,
+}
+
+impl WatchCtx {
+    fn line(&self, kind: &str, obj: &Value) -> Value {
+        let obj = if self.metadata_only {
+            partial(obj)
+        } else {
+            obj.clone()
+        };
+        json!({ "type": kind, "object": obj })
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Value {
+        let (api_version, kind) = if self.metadata_only {
+            (
+                "meta.k8s.io/v1".to_string(),
+                "PartialObjectMetadata".to_string(),
+            )
+        } else {
+            (self.info.api_version(), self.info.kind.clone())
+        };
+        let mut meta = json!({ "resourceVersion": rv.to_string() });
+        if initial_end {
+            meta["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
+        }
+        json!({ "type": "BOOKMARK", "object": { "apiVersion": api_version, "kind": kind, "metadata": meta } })
+    }
+
+    /// What this watcher sees of a stored event, given its selectors: the apiserver's
+    /// `cacheWatcher.convertToWatchEvent` turns a change across the selector boundary into
+    /// ADDED or DELETED.
+    fn translate(&self, ev: &StoredEvent) -> Option<Value> {
+        match ev.kind {
+            EventKind::Added => self
+                .filter
+                .matches(&ev.object)
+                .then(|| self.line("ADDED", &ev.object)),
+            EventKind::Deleted => self
+                .filter
+                .matches(&ev.object)
+                .then(|| self.line("DELETED", &ev.object)),
+            EventKind::Modified => {
+                let now = self.filter.matches(&ev.object);
+                let before = ev.prev.as_deref().is_some_and(|p| self.filter.matches(p));
+                match (before, now) {
+                    (true, true) => Some(self.line("MODIFIED", &ev.object)),
+                    (false, true) => Some(self.line("ADDED", &ev.object)),
+                    (true, false) => {
+                        let mut gone = ev.prev.as_deref().cloned().unwrap_or(Value::Null);
+                        gone["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
+                        Some(self.line("DELETED", &gone))
+                    }
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+}
+
+type Chunk = Result<Frame<Bytes>, std::io::Error>;
+
+fn stream_response(rx: mpsc::Receiver<Chunk>) -> Response<Body> {
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn watch(
+    shared: &Arc<Shared>,
+    res: usize,
+    info: &ResourceInfo,
+    namespace: Option<String>,
+    q: &QueryParams,
+    metadata_only: bool,
+) -> Result<Response<Body>, ApiError> {
+    let settings = *shared.settings.lock();
+    validate_watch(q, settings.watch_list)?;
+    let filter = Filter::from_query(q, namespace)?;
+    let timeout = match q.timeout_seconds.as_deref().filter(|t| !t.is_empty()) {
+        Some(t) => Some(Duration::from_secs(t.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}"))
+        })?)),
+        None => None,
+    };
+    let rv = q.resource_version.as_deref().unwrap_or("");
+    let initial_events = q.send_initial_events.as_deref();
+    let send_initial = flag(initial_events);
+    let start = if send_initial {
+        if !rv.is_empty() && rv != "0" {
+            let n = parse_rv(rv)?;
+            let current = shared.store.lock().current_rv();
+            if n > current {
+                return Err(ApiError::too_large(n, current));
+            }
+        }
+        WatchStart::CurrentState
+    } else if rv.is_empty() || rv == "0" {
+        // sendInitialEvents=false asks for no synthetic events at all.
+        if initial_events.is_some() {
+            WatchStart::Now
+        } else {
+            WatchStart::CurrentState
+        }
+    } else {
+        WatchStart::After(parse_rv(rv)?)
+    };
+    let ctx = WatchCtx {
+        info: info.clone(),
+        filter,
+        metadata_only,
+        bookmarks: q.bookmarks(),
+        timeout,
+        interval: settings.bookmark_interval,
+    };
+    let reg = match shared.store.lock().watch(res, start) {
+        Ok(reg) => reg,
+        Err(e) if e.code == 410 => {
+            // The watch cache reports a compacted RV as an ERROR event on an open stream.
+            let line = json!({ "type": "ERROR", "object": e.status_json() });
+            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+            bytes.push(b'\n');
+            let mut resp = full(200, &Value::Null);
+            *resp.body_mut() = Full::new(Bytes::from(bytes))
+                .map_err(|e| match e {})
+                .boxed();
+            return Ok(resp);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut pending: VecDeque<Value> = reg
+        .initial
+        .iter()
+        .filter(|o| ctx.filter.matches(o))
+        .map(|o| ctx.line("ADDED", o))
+        .collect();
+    if send_initial {
+        // KEP-3157: the end of the initial state is a bookmark at the RV it was taken at,
+        // sent even without allowWatchBookmarks would be invalid, so always sent here.
+        pending.push_back(ctx.bookmark(reg.rv, true));
+    }
+    pending.extend(reg.replay.iter().filter_map(|e| ctx.translate(e)));
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(run_watch(shared.clone(), ctx, pending, reg, tx));
+    Ok(stream_response(rx))
+}
+
+/// Why a watch stream stopped writing.
+enum End {
+    /// Clean end (timeout, client gone): the stream just finishes.
+    Clean,
+    /// Abrupt: the connection is cut mid-stream.
+    Abort,
+}
+
+async fn run_watch(
+    shared: Arc<Shared>,
+    ctx: WatchCtx,
+    mut pending: VecDeque<Value>,
+    reg: super::store::WatchRegistration,
+    out: mpsc::Sender<Chunk>,
+) {
+    let end = watch_loop(&shared, &ctx, &mut pending, reg, &out).await;
+    if let End::Abort = end {
+        // Let hyper write out the lines already handed over before the error cuts the
+        // connection, so the client sees exactly the lines before the fault.
+        for _ in 0..100 {
+            if out.capacity() == out.max_capacity() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let _ = out
+            .send(Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "fake API server dropped the watch",
+            )))
+            .await;
+    }
+}
+
+async fn watch_loop(
+    shared: &Shared,
+    ctx: &WatchCtx,
+    pending: &mut VecDeque<Value>,
+    reg: super::store::WatchRegistration,
+    out: &mpsc::Sender<Chunk>,
+) -> End {
+    let super::store::WatchRegistration {
+        mut rx, kicked, rv, ..
+    } = reg;
+    let mut last_rv = rv;
+    let mut abort = shared.watch_abort.subscribe();
+    let mut stalled = shared.faults.stalled.subscribe();
+    let deadline = ctx.timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut ticker = ctx.interval.map(|d| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + d, d);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    let mut written = 0usize;
+    loop {
+        if shared.faults.drop_after().is_some_and(|n| written >= n) {
+            return End::Abort;
+        }
+        if *stalled.borrow_and_update() {
+            tokio::select! {
+                _ = stalled.changed() => continue,
+                _ = abort.changed() => return End::Abort,
+                _ = out.closed() => return End::Clean,
+            }
+        }
+        if let Some(line) = pending.pop_front() {
+            if shared.faults.take_malformed()
+                && out
+                    .send(Ok(Frame::data(Bytes::from_static(
+                        b"{\"type\":\"ADDED\",\"object\":{garbage\n",
+                    ))))
+                    .await
+                    .is_err()
+            {
+                return End::Clean;
+            }
+            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+            bytes.push(b'\n');
+            tokio::select! {
+                sent = out.send(Ok(Frame::data(Bytes::from(bytes)))) => {
+                    if sent.is_err() {
+                        return End::Clean;
+                    }
+                }
+                _ = abort.changed() => return End::Abort,
+            }
+            written += 1;
+            continue;
+        }
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let tick = async {
+            match ticker.as_mut() {
+                Some(t) => {
+                    t.tick().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = abort.changed() => return End::Abort,
+            _ = out.closed() => return End::Clean,
+            _ = stalled.changed() => {}
+            _ = sleep => return End::Clean,
+            () = tick => {
+                if ctx.bookmarks {
+                    pending.push_back(ctx.bookmark(last_rv, false));
+                }
+            }
+            msg = rx.recv() => match msg {
+                None if kicked.load(Ordering::SeqCst) => return End::Abort,
+                None => return End::Clean,
+                Some(WatchMsg::Event(ev)) => {
+                    last_rv = ev.rv;
+                    if let Some(line) = ctx.translate(&ev) {
+                        pending.push_back(line);
+                    }
+                }
+                Some(WatchMsg::Bookmark(rv)) => {
+                    last_rv = last_rv.max(rv);
+                    if ctx.bookmarks {
+                        pending.push_back(ctx.bookmark(last_rv, false));
+                    }
+                }
+            },
+        }
+    }
+}
