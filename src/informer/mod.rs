@@ -594,3 +594,6 @@ fn short_type_name<K>() -> &'static str {
     let base = n.split('<').next().unwrap_or(n);
     base.rsplit("::").next().unwrap_or(base)
 }
+
+#[cfg(test)]
+mod tests;

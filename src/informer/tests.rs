@@ -1,0 +1,670 @@
+//! Handler-call sequences of the informer, checked exactly, over a scripted lister-watcher.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use parking_lot::Mutex;
+
+use super::*;
+use crate::{
+    fifo::DeltaObject,
+    reflector::{BackoffConfig, WatchEvent},
+    testutil::{MockLw, WatchScript, api_error, cm, is_watch, page},
+};
+
+type Log = Arc<Mutex<Vec<String>>>;
+
+fn describe(ev: &Event<ConfigMap>) -> String {
+    fn rv(o: &ConfigMap) -> &str {
+        o.metadata.resource_version.as_deref().unwrap_or("")
+    }
+    fn key(o: &ConfigMap) -> String {
+        crate::key_of(o).unwrap().to_string()
+    }
+    match ev {
+        Event::Add {
+            obj,
+            is_in_initial_list,
+        } => {
+            format!(
+                "add {} {}{}",
+                key(obj),
+                rv(obj),
+                if *is_in_initial_list { " initial" } else { "" }
+            )
+        }
+        Event::Update { old, new } => format!("update {} {}->{}", key(new), rv(old), rv(new)),
+        Event::Delete(DeltaObject::Object(o)) => format!("delete {} {}", key(o), rv(o)),
+        Event::Delete(DeltaObject::DeletedFinalStateUnknown(t)) => {
+            format!("tombstone {} {}", t.key, rv(&t.obj))
+        }
+    }
+}
+
+/// A handler that logs every call.
+struct Recorder(Log);
+
+impl ResourceEventHandler<ConfigMap> for Recorder {
+    fn on_add(&mut self, obj: &Arc<ConfigMap>, initial: bool) {
+        self.0.lock().push(describe(&Event::Add {
+            obj: obj.clone(),
+            is_in_initial_list: initial,
+        }));
+    }
+    fn on_update(&mut self, old: &Arc<ConfigMap>, new: &Arc<ConfigMap>) {
+        self.0.lock().push(describe(&Event::Update {
+            old: old.clone(),
+            new: new.clone(),
+        }));
+    }
+    fn on_delete(&mut self, obj: &DeltaObject<ConfigMap>) {
+        self.0.lock().push(describe(&Event::Delete(obj.clone())));
+    }
+}
+
+fn recorder() -> (Recorder, Log) {
+    let log = Log::default();
+    (Recorder(log.clone()), log)
+}
+
+fn fast_config() -> InformerConfig {
+    InformerConfig::default().reflector(ReflectorConfig::default().backoff(BackoffConfig {
+        initial: Duration::from_millis(10),
+        jitter: 0.0,
+        ..Default::default()
+    }))
+}
+
+fn informer(lw: &MockLw) -> SharedIndexInformer<ConfigMap> {
+    SharedIndexInformer::new(lw.clone(), fast_config())
+}
+
+async fn eventually(what: &str, f: impl Fn() -> bool) {
+    let ok = tokio::time::timeout(Duration::from_secs(10), async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    assert!(
+        ok.is_ok(),
+        "timed out waiting for {what}: likely deadlocked"
+    );
+}
+
+async fn log_reaches(log: &Log, n: usize) -> Vec<String> {
+    eventually(&format!("{n} handler calls"), || log.lock().len() >= n).await;
+    // Give stray extra calls a moment to show up, so exact comparisons mean something.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    log.lock().clone()
+}
+
+#[tokio::test]
+async fn handlers_see_add_update_delete_with_old_and_new_objects() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("5", None, vec![cm("ns", "a", "5")])));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    let (rec, log) = recorder();
+    inf.add_event_handler(rec).unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    // One at a time: the FIFO would otherwise (rightly) hand over both deltas of `a` together.
+    for (i, ev) in [
+        WatchEvent::Modified(cm("ns", "a", "6")),
+        WatchEvent::Added(cm("ns", "b", "7")),
+        WatchEvent::Deleted(cm("ns", "a", "8")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        tx.send(Ok(ev)).unwrap();
+        log_reaches(&log, i + 2).await;
+    }
+    assert_eq!(
+        log_reaches(&log, 4).await,
+        [
+            "add ns/a 5 initial",
+            "update ns/a 5->6",
+            "add ns/b 7",
+            "delete ns/a 8"
+        ]
+    );
+    assert_eq!(inf.lister().list(&Default::default()).len(), 1);
+    assert_eq!(inf.last_sync_resource_version(), "8");
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn relist_with_vanished_objects_delivers_tombstones() {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "6",
+        None,
+        vec![cm("ns", "a", "5"), cm("ns", "b", "6")],
+    )))
+    .watch(WatchScript::Fail(api_error(410, "Expired", "too old")))
+    .list(Ok(page(
+        "20",
+        None,
+        vec![cm("ns", "b", "6"), cm("ns", "c", "19")],
+    )));
+    let inf = informer(&lw);
+    let (rec, log) = recorder();
+    inf.add_event_handler(rec).unwrap();
+    inf.start();
+    let got = log_reaches(&log, 4).await;
+    assert_eq!(
+        got,
+        [
+            "add ns/a 5 initial",
+            "add ns/b 6 initial",
+            // b is unchanged (same resourceVersion): a resync, not sent to a listener without one
+            "add ns/c 19",
+            "tombstone ns/a 5",
+        ]
+    );
+    let keys: Vec<_> = inf
+        .indexer()
+        .list_keys()
+        .into_iter()
+        .map(|k| k.to_string())
+        .collect();
+    let mut keys = keys;
+    keys.sort();
+    assert_eq!(keys, ["ns/b", "ns/c"]);
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn late_handler_is_replayed_the_cache_as_initial_adds() {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "6",
+        None,
+        vec![cm("ns", "a", "5"), cm("ns", "b", "6")],
+    )));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    let (rec, log) = recorder();
+    let reg = inf.add_event_handler(rec).unwrap();
+    let mut replay = log_reaches(&log, 2).await;
+    replay.sort();
+    assert_eq!(replay, ["add ns/a 5 initial", "add ns/b 6 initial"]);
+    eventually("late handler synced", || reg.has_synced()).await;
+    tx.send(Ok(WatchEvent::Modified(cm("ns", "a", "7"))))
+        .unwrap();
+    assert_eq!(log_reaches(&log, 3).await[2], "update ns/a 5->7");
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn resync_reaches_only_listeners_whose_period_is_due() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("5", None, vec![cm("ns", "a", "5")])));
+    // As in client-go, an informer built without a resync period never resyncs; this one has
+    // 30 s, and the handler asking for 300 ms lowers the check period (to the 1 s minimum).
+    let inf = SharedIndexInformer::new(
+        lw.clone(),
+        fast_config().resync_period(Duration::from_secs(30)),
+    );
+    let (resyncing, resync_log) = recorder();
+    let (quiet, quiet_log) = recorder();
+    let (default, default_log) = recorder();
+    inf.add_event_handler_with_resync_period(resyncing, Duration::from_millis(300))
+        .unwrap();
+    inf.add_event_handler_with_resync_period(quiet, Duration::ZERO)
+        .unwrap();
+    inf.add_event_handler(default).unwrap();
+    inf.start();
+    // 300 ms is raised to the 1 s minimum.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        resync_log.lock().clone(),
+        ["add ns/a 5 initial"],
+        "no resync before 1 s"
+    );
+    let got = log_reaches(&resync_log, 2).await;
+    assert_eq!(got, ["add ns/a 5 initial", "update ns/a 5->5"]);
+    assert_eq!(
+        quiet_log.lock().clone(),
+        ["add ns/a 5 initial"],
+        "no resync period: no resync"
+    );
+    assert_eq!(
+        default_log.lock().clone(),
+        ["add ns/a 5 initial"],
+        "30 s period: not due yet"
+    );
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn informer_without_resync_period_resyncs_no_handler() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("5", None, vec![cm("ns", "a", "5")])));
+    let inf = informer(&lw);
+    let (rec, log) = recorder();
+    inf.add_event_handler_with_resync_period(rec, Duration::from_secs(1))
+        .unwrap();
+    inf.start();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(log.lock().clone(), ["add ns/a 5 initial"]);
+    inf.shutdown().await;
+}
+
+#[test]
+fn resync_period_below_one_second_is_raised_and_lowers_the_check_period_before_start() {
+    let lw = MockLw::new();
+    let inf = SharedIndexInformer::new(
+        lw,
+        InformerConfig::default().resync_period(Duration::from_secs(30)),
+    );
+    let (r, _) = recorder();
+    inf.add_event_handler_with_resync_period(r, Duration::from_millis(10))
+        .unwrap();
+    assert_eq!(
+        inf.inner.state.lock().resync_check_period,
+        Duration::from_secs(1)
+    );
+}
+
+#[tokio::test]
+async fn filtering_handler_translates_updates_by_whether_old_and_new_pass() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    let (rec, log) = recorder();
+    // Passes when the data value's resourceVersion number is even.
+    let even = |o: &ConfigMap| {
+        o.data
+            .as_ref()
+            .and_then(|d| d.get("v"))
+            .and_then(|v| v.parse::<u32>().ok())
+            .is_some_and(|v| v % 2 == 0)
+    };
+    inf.add_event_handler(FilteringResourceEventHandler::new(even, rec))
+        .unwrap();
+    inf.start();
+    for ev in [
+        WatchEvent::Modified(cm("ns", "a", "2")), // fail -> pass: add
+        WatchEvent::Modified(cm("ns", "a", "4")), // pass -> pass: update
+        WatchEvent::Modified(cm("ns", "a", "5")), // pass -> fail: delete (of the old object)
+        WatchEvent::Modified(cm("ns", "a", "7")), // fail -> fail: nothing
+        WatchEvent::Deleted(cm("ns", "a", "9")),  // fails: nothing
+        WatchEvent::Added(cm("ns", "b", "10")),   // passes: add
+    ] {
+        tx.send(Ok(ev)).unwrap();
+    }
+    assert_eq!(
+        log_reaches(&log, 4).await,
+        [
+            "add ns/a 2",
+            "update ns/a 2->4",
+            "delete ns/a 4",
+            "add ns/b 10"
+        ]
+    );
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn removed_handler_receives_nothing_more() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    let (rec, log) = recorder();
+    let (other, other_log) = recorder();
+    let reg = inf.add_event_handler(rec).unwrap();
+    inf.add_event_handler(other).unwrap();
+    inf.start();
+    log_reaches(&log, 1).await;
+    reg.remove();
+    tx.send(Ok(WatchEvent::Modified(cm("ns", "a", "2"))))
+        .unwrap();
+    log_reaches(&other_log, 2).await;
+    assert_eq!(log.lock().clone(), ["add ns/a 1 initial"]);
+    reg.remove(); // harmless twice
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn slow_handler_does_not_delay_a_fast_one() {
+    const N: usize = 100;
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![])));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    let slow = ResourceEventHandlerFuncs::new().on_add(|_: &Arc<ConfigMap>, _| {
+        std::thread::sleep(Duration::from_millis(50));
+    });
+    let slow_reg = inf.add_event_handler(slow).unwrap();
+    let (fast, fast_log) = recorder();
+    inf.add_event_handler(fast).unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    let started = tokio::time::Instant::now();
+    for i in 0..N {
+        tx.send(Ok(WatchEvent::Added(cm(
+            "ns",
+            &format!("o{i}"),
+            &(i + 2).to_string(),
+        ))))
+        .unwrap();
+    }
+    eventually("fast handler saw every event", || {
+        fast_log.lock().len() == N
+    })
+    .await;
+    let took = started.elapsed();
+    // The slow handler needs 5 s for these; the fast one must not wait for it. Bound: 1 s,
+    // a fifth of the slow handler's time, generous for a loaded 2-core machine.
+    assert!(took < Duration::from_secs(1), "fast handler took {took:?}");
+    assert!(
+        slow_reg.pending() > N / 2,
+        "slow handler should still be behind: {}",
+        slow_reg.pending()
+    );
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn panicking_handler_does_not_stop_the_informer() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    let (rec, log) = recorder();
+    let mut first = true;
+    let panicker_log = log.clone();
+    let panicker = ResourceEventHandlerFuncs::new()
+        .on_add(move |_: &Arc<ConfigMap>, _| {
+            if std::mem::take(&mut first) {
+                panic!("handler bug");
+            }
+        })
+        .on_update(move |_, new: &Arc<ConfigMap>| {
+            panicker_log.lock().push(format!(
+                "panicker saw {}",
+                new.metadata.resource_version.as_deref().unwrap()
+            ));
+        });
+    inf.add_event_handler(panicker).unwrap();
+    inf.add_event_handler(rec).unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    tx.send(Ok(WatchEvent::Modified(cm("ns", "a", "2"))))
+        .unwrap();
+    let mut got = log_reaches(&log, 3).await;
+    got.sort();
+    assert_eq!(
+        got,
+        ["add ns/a 1 initial", "panicker saw 2", "update ns/a 1->2"]
+    );
+    assert!(!inf.is_stopped());
+    inf.shutdown().await;
+}
+
+/// A handler whose drop is observable: dropped only when its thread has ended.
+struct DropFlag(Arc<AtomicBool>);
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+impl ResourceEventHandler<ConfigMap> for DropFlag {}
+
+#[tokio::test]
+async fn shutdown_leaves_no_task_or_handler_thread_running() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    let dropped = Arc::new(AtomicBool::new(false));
+    inf.add_event_handler(DropFlag(dropped.clone())).unwrap();
+    let mut stream = inf.subscribe().unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    tokio::time::timeout(Duration::from_secs(5), inf.shutdown())
+        .await
+        .expect("shutdown: likely deadlocked");
+    assert!(inf.is_stopped());
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "handler thread still running after shutdown"
+    );
+    // The reflector's task is gone: no further requests.
+    let n = lw.requests().len();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(lw.requests().len(), n);
+    // Streams end.
+    let rest: Vec<_> =
+        tokio::time::timeout(Duration::from_secs(5), stream.by_ref().collect::<Vec<_>>())
+            .await
+            .expect("stream did not end: likely deadlocked");
+    assert!(rest.len() <= 1);
+    assert!(matches!(
+        inf.add_event_handler(recorder().0),
+        Err(InformerError::Stopped)
+    ));
+}
+
+#[tokio::test]
+async fn shutdown_of_an_informer_never_started_joins_its_handlers() {
+    let inf = informer(&MockLw::new());
+    let dropped = Arc::new(AtomicBool::new(false));
+    inf.add_event_handler(DropFlag(dropped.clone())).unwrap();
+    inf.shutdown().await;
+    assert!(dropped.load(Ordering::SeqCst));
+    assert!(inf.is_stopped());
+    assert!(!inf.wait_for_cache_sync().await);
+}
+
+#[tokio::test]
+async fn registration_has_synced_once_its_initial_adds_are_handled() {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "3",
+        None,
+        vec![cm("ns", "a", "1"), cm("ns", "b", "2"), cm("ns", "c", "3")],
+    )));
+    let inf = informer(&lw);
+    let gate = Arc::new(AtomicBool::new(false));
+    let g = gate.clone();
+    let slow = ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+        while !g.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let reg = inf.add_event_handler(slow).unwrap();
+    assert!(!reg.has_synced());
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !reg.has_synced(),
+        "informer synced but the handler has not handled its adds"
+    );
+    assert_eq!(reg.pending(), 3);
+    gate.store(true, Ordering::SeqCst);
+    eventually("registration synced", || reg.has_synced()).await;
+    assert_eq!(reg.pending(), 0);
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn subscribe_streams_the_same_events() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("5", None, vec![cm("ns", "a", "5")])));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    let mut stream = inf.subscribe().unwrap();
+    inf.start();
+    tx.send(Ok(WatchEvent::Modified(cm("ns", "a", "6"))))
+        .unwrap();
+    tx.send(Ok(WatchEvent::Deleted(cm("ns", "a", "7"))))
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let ev = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .expect("stream: likely deadlocked")
+            .expect("stream ended early");
+        got.push(describe(&ev));
+    }
+    assert_eq!(
+        got,
+        ["add ns/a 5 initial", "update ns/a 5->6", "delete ns/a 7"]
+    );
+    eventually("stream registration synced", || {
+        stream.registration().has_synced()
+    })
+    .await;
+    inf.shutdown().await;
+    assert!(
+        stream.next().await.is_none(),
+        "stream ends when the informer stops"
+    );
+}
+
+#[tokio::test]
+async fn dropping_a_stream_unsubscribes() {
+    let lw = MockLw::new();
+    let inf = informer(&lw);
+    let stream = inf.subscribe().unwrap();
+    assert_eq!(inf.inner.processor.all().len(), 1);
+    drop(stream);
+    assert_eq!(inf.inner.processor.all().len(), 0);
+}
+
+#[tokio::test]
+async fn transform_and_error_handler_can_only_be_set_before_start() {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "5",
+        None,
+        vec![{
+            let mut o = cm("ns", "a", "5");
+            o.metadata.managed_fields = Some(vec![Default::default()]);
+            o
+        }],
+    )));
+    let inf = informer(&lw);
+    inf.set_transform(crate::strip_managed_fields_transform())
+        .unwrap();
+    inf.set_watch_error_handler(Arc::new(|_| {})).unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    assert!(
+        inf.lister()
+            .get_by_key("ns/a")
+            .unwrap()
+            .metadata
+            .managed_fields
+            .is_none()
+    );
+    assert!(matches!(
+        inf.set_transform(crate::strip_managed_fields_transform()),
+        Err(InformerError::AlreadyStarted)
+    ));
+    assert!(matches!(
+        inf.set_watch_error_handler(Arc::new(|_| {})),
+        Err(InformerError::AlreadyStarted)
+    ));
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn add_indexers_after_start_indexes_existing_objects() {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "5",
+        None,
+        vec![cm("ns", "a", "4"), cm("other", "b", "5")],
+    )));
+    let inf = informer(&lw);
+    let by_rv: crate::store::IndexFn<ConfigMap> =
+        Arc::new(|o: &ConfigMap| vec![o.metadata.resource_version.clone().unwrap_or_default()]);
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    inf.add_indexers([("rv".to_owned(), by_rv.clone())].into())
+        .unwrap();
+    let hits = inf.indexer().by_index("rv", "5").unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].metadata.name.as_deref(), Some("b"));
+    assert!(matches!(
+        inf.add_indexers([("rv".to_owned(), by_rv)].into()),
+        Err(InformerError::Index(_))
+    ));
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn listers_read_by_namespace_and_label_selector() {
+    let lw = MockLw::new();
+    let mut labelled = cm("ns", "a", "1");
+    labelled.metadata.labels = Some(BTreeMap::from([("app".to_owned(), "web".to_owned())]));
+    lw.list(Ok(page(
+        "3",
+        None,
+        vec![labelled, cm("ns", "b", "2"), cm("other", "c", "3")],
+    )));
+    let inf = informer(&lw);
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    let lister = inf.lister();
+    let web = crate::parse_label_selector("app=web").unwrap();
+    assert_eq!(lister.list(&Default::default()).len(), 3);
+    assert_eq!(lister.list(&web).len(), 1);
+    assert_eq!(lister.namespaced("ns").list(&Default::default()).len(), 2);
+    assert_eq!(lister.namespaced("ns").list(&web).len(), 1);
+    assert!(lister.namespaced("ns").get("b").is_some());
+    assert!(lister.namespaced("other").get("b").is_none());
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn watch_error_handler_is_called_and_informer_recovers() {
+    let lw = MockLw::new();
+    lw.list(Err(api_error(403, "Forbidden", "no")))
+        .list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let e = errors.clone();
+    inf.set_watch_error_handler(Arc::new(move |err| e.lock().push(err.to_string())))
+        .unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    assert_eq!(errors.lock().len(), 1);
+    lw.wait_for("a watch", |rs| rs.iter().any(is_watch)).await;
+    inf.shutdown().await;
+}
+
+#[test]
+fn public_handles_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<SharedIndexInformer<ConfigMap>>();
+    check::<ResourceEventHandlerRegistration<ConfigMap>>();
+    check::<crate::Lister<ConfigMap>>();
+    check::<crate::SharedInformerFactory>();
+    check::<crate::Indexer<ConfigMap>>();
+    check::<crate::DeltaFifo<ConfigMap>>();
+    fn check_send<T: Send>() {}
+    check_send::<EventStream<ConfigMap>>();
+    fn future_is_send<F: std::future::Future + Send>(_: F) {}
+    let inf = informer(&MockLw::new());
+    future_is_send(inf.run());
+    future_is_send(inf.shutdown());
+    future_is_send(inf.wait_for_cache_sync());
+}
