@@ -295,7 +295,7 @@ impl SharedInformerFactory {
         let ns = self.namespace_for(is_namespaced::<K>());
         let url = K::url_path(&(), ns);
         let key = InformerKey {
-            name: std::any::type_name::<K>().to_owned(),
+            name: type_label::<K>(),
             url: url.clone(),
             metadata_only: false,
         };
@@ -326,7 +326,7 @@ impl SharedInformerFactory {
         let ns = self.namespace_for(is_namespaced::<K>());
         let url = K::url_path(&(), ns);
         let key = InformerKey {
-            name: std::any::type_name::<K>().to_owned(),
+            name: type_label::<K>(),
             url: url.clone(),
             metadata_only: true,
         };
@@ -430,6 +430,11 @@ impl SharedInformerFactory {
             .collect();
         futures::future::join_all(all.iter().map(|i| i.shutdown())).await;
     }
+}
+
+/// `apiVersion/Kind`, e.g. `apps/v1/Deployment`: how informers are named in sync results.
+fn type_label<K: Resource<DynamicType = ()>>() -> String {
+    format!("{}/{}", K::api_version(&()), K::kind(&()))
 }
 
 fn is_namespaced<K: Resource>() -> bool

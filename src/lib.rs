@@ -66,3 +66,8 @@ pub use workqueue::{
     Bucket, DelayingQueue, FastSlow, ItemExponentialFailure, MaxOf, MetricsProvider, RateLimiter,
     RateLimitingQueue, ShutDown, WorkQueue, default_controller_rate_limiter,
 };
+
+/// The README's examples, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -369,9 +369,13 @@ async fn slow_handler_does_not_delay_a_fast_one() {
     })
     .await;
     let took = started.elapsed();
-    // The slow handler needs 5 s for these; the fast one must not wait for it. Bound: 1 s,
-    // a fifth of the slow handler's time, generous for a loaded 2-core machine.
-    assert!(took < Duration::from_secs(1), "fast handler took {took:?}");
+    // The slow handler needs 5 s for these; the fast one must not wait for it. Stated bound:
+    // half the slow handler's time (generous for a loaded 2-core CI machine; unloaded it takes
+    // a few milliseconds).
+    assert!(
+        took < Duration::from_millis(2500),
+        "fast handler took {took:?}"
+    );
     assert!(
         slow_reg.pending() > N / 2,
         "slow handler should still be behind: {}",

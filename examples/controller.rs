@@ -1,0 +1,220 @@
+//! A small, realistic controller: keeps a checksum annotation on every ConfigMap labelled
+//! `example.com/checksum=enabled` up to date.
+//!
+//! ```sh
+//! cargo run --example controller
+//! ```
+//!
+//! The shape is client-go's: the informer's handler only enqueues keys; two workers take keys
+//! from a rate-limited workqueue, read the object from the lister, write to the API, `forget`
+//! the key on success and `add_rate_limited` it on failure (a 500, or a 409 when the object
+//! changed since it was cached) (exponential per-item backoff), giving
+//! up after five retries. Without a cluster it runs against the built-in fake API server, which
+//! is told to fail a few writes so the requeue path shows; it exits once everything is in sync.
+//! With a cluster (kubeconfig) it reconciles labelled ConfigMaps in `CONTROLLER_NAMESPACE`
+//! (default `default`) for `CONTROLLER_SECONDS` (default 30).
+
+use std::{
+    collections::{BTreeMap, hash_map::DefaultHasher},
+    hash::{Hash, Hasher},
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Client,
+    api::{Api, ObjectMeta, PostParams},
+};
+use kube_informer::{
+    FactoryConfig, Lister, ObjectKey, RateLimitingQueue, ResourceEventHandlerFuncs,
+    SharedInformerFactory, key_of,
+    testing::{FakeApiServer, Verb},
+};
+
+const LABEL: &str = "example.com/checksum=enabled";
+const ANNOTATION: &str = "example.com/checksum";
+const MAX_RETRIES: usize = 5;
+
+fn checksum(cm: &ConfigMap) -> String {
+    let mut h = DefaultHasher::new();
+    cm.data.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// One reconcile: make the annotation match the data. Errors are retried by the caller.
+async fn reconcile(
+    key: &ObjectKey,
+    lister: &Lister<ConfigMap>,
+    client: &Client,
+) -> Result<bool, kube::Error> {
+    let Some(cm) = lister.get_by_key(key.as_str()) else {
+        return Ok(false); // deleted: nothing to clean up for an annotation
+    };
+    let want = checksum(&cm);
+    let have = cm
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION));
+    if have == Some(&want) {
+        return Ok(false);
+    }
+    // Write from the cached copy with its resourceVersion: if the object changed meanwhile the
+    // server answers 409 Conflict, the key is retried, and the next attempt sees the new version.
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), key.namespace().unwrap_or("default"));
+    let mut updated = (*cm).clone();
+    updated
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(ANNOTATION.into(), want);
+    api.replace(key.name(), &PostParams::default(), &updated)
+        .await?;
+    Ok(true)
+}
+
+fn short(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} {}", s.code, s.message),
+        other => other.to_string(),
+    }
+}
+
+async fn worker(
+    id: usize,
+    queue: RateLimitingQueue<ObjectKey>,
+    lister: Lister<ConfigMap>,
+    client: Client,
+) {
+    while let Some(key) = queue.get().await {
+        match reconcile(&key, &lister, &client).await {
+            Ok(changed) => {
+                if changed {
+                    println!("worker {id}: {key}: checksum annotation updated");
+                }
+                queue.forget(&key);
+            }
+            Err(e) if queue.num_requeues(&key) < MAX_RETRIES => {
+                println!(
+                    "worker {id}: {key}: {e}; retry #{}",
+                    queue.num_requeues(&key) + 1
+                );
+                let _ = queue.add_rate_limited(key.clone());
+            }
+            Err(e) => {
+                println!(
+                    "worker {id}: {key}: giving up after {MAX_RETRIES} retries: {}",
+                    short(&e)
+                );
+                queue.forget(&key);
+            }
+        }
+        queue.done(&key);
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // A configured cluster (kubeconfig or in-cluster) unless KUBE_INFORMER_FAKE is set.
+    let cluster = match std::env::var_os("KUBE_INFORMER_FAKE") {
+        Some(_) => None,
+        None => Client::try_default().await.ok(),
+    };
+    let (client, fake) = match cluster {
+        Some(client) => (client, None),
+        None => {
+            let server = FakeApiServer::start_with_core().await?;
+            (server.client(), Some(server))
+        }
+    };
+    let namespace = std::env::var("CONTROLLER_NAMESPACE").unwrap_or_else(|_| "default".into());
+    if let Some(server) = &fake {
+        for i in 0..5 {
+            server.create(&ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(format!("app-{i}")),
+                    namespace: Some(namespace.clone()),
+                    labels: Some(BTreeMap::from([(
+                        "example.com/checksum".into(),
+                        "enabled".into(),
+                    )])),
+                    ..Default::default()
+                },
+                data: Some(BTreeMap::from([("index".into(), i.to_string())])),
+                ..Default::default()
+            })?;
+        }
+        // The next three writes fail, as an overloaded API server would: watch the requeues.
+        server.faults().fail_next_for(3, 500, &[Verb::Update]);
+    }
+
+    let factory = SharedInformerFactory::new(
+        client.clone(),
+        FactoryConfig::default()
+            .namespace(namespace.clone())
+            .labels(LABEL)
+            .strip_managed_fields(),
+    );
+    let informer = factory.informer::<ConfigMap>();
+    let queue: RateLimitingQueue<ObjectKey> = RateLimitingQueue::new();
+    let enqueue = {
+        let queue = queue.clone();
+        move |cm: &ConfigMap| {
+            if let Ok(key) = key_of(cm) {
+                let _ = queue.add(key);
+            }
+        }
+    };
+    let (e1, e2) = (enqueue.clone(), enqueue);
+    informer.add_event_handler(
+        ResourceEventHandlerFuncs::new()
+            .on_add(move |cm: &Arc<ConfigMap>, _| e1(cm))
+            .on_update(move |_, cm: &Arc<ConfigMap>| e2(cm)),
+    )?;
+    factory.start();
+    factory.wait_for_cache_sync().await;
+
+    let workers: Vec<_> = (0..2)
+        .map(|id| {
+            tokio::spawn(worker(
+                id,
+                queue.clone(),
+                factory.lister::<ConfigMap>(),
+                client.clone(),
+            ))
+        })
+        .collect();
+
+    if fake.is_some() {
+        // Done when every object carries its current checksum and the queue is idle.
+        let lister = factory.lister::<ConfigMap>();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let all = lister.list(&Default::default());
+            let in_sync = all.iter().all(|cm| {
+                cm.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ANNOTATION))
+                    == Some(&checksum(cm))
+            });
+            if in_sync && queue.is_empty() {
+                println!("all {} ConfigMaps in sync", all.len());
+                break;
+            }
+        }
+    } else {
+        let secs = std::env::var("CONTROLLER_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(30);
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+    }
+    queue.shutdown_with_drain().await;
+    for w in workers {
+        w.await?;
+    }
+    factory.shutdown().await;
+    Ok(())
+}
