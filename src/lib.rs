@@ -50,9 +50,9 @@ pub use fifo::{
     KnownObjects, TransformFn,
 };
 pub use informer::{
-    Event, EventStream, FilteringResourceEventHandler, InformerConfig, InformerError,
-    ResourceEventHandler, ResourceEventHandlerFuncs, ResourceEventHandlerRegistration,
-    SharedIndexInformer,
+    Event, EventStream, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
+    InformerError, ResourceEventHandler, ResourceEventHandlerFuncs,
+    ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 pub use lister::{Lister, NamespaceLister};
 pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};

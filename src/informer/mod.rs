@@ -74,6 +74,41 @@ impl InformerConfig {
     }
 }
 
+/// Options of one handler.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct HandlerOptions {
+    /// This handler's resync period; `None` (default) takes the informer's.
+    pub resync_period: Option<Duration>,
+    /// Bound of the handler's buffer; `None` (default) is unbounded, as in client-go.
+    ///
+    /// Policy when a bounded buffer is full: **back-pressure**. The informer waits until the
+    /// handler has taken notifications out, so nothing is dropped and this handler's memory
+    /// stays bounded; meanwhile no handler of this informer receives anything and changes
+    /// accumulate in the DeltaFIFO, which merges them per object. Use it for a handler that must
+    /// not fall arbitrarily far behind and may hold the others back. Exception: the replay of
+    /// the cache to a handler added after start is not bounded. A handler with a bounded buffer
+    /// must not add handlers or indexers to its own informer from its callbacks (that waits for
+    /// the informer, which may be waiting for it).
+    pub buffer_capacity: Option<usize>,
+}
+
+impl HandlerOptions {
+    /// Sets [`Self::resync_period`].
+    #[must_use]
+    pub fn resync_period(mut self, d: Duration) -> Self {
+        self.resync_period = Some(d);
+        self
+    }
+
+    /// Sets [`Self::buffer_capacity`] (at least 1).
+    #[must_use]
+    pub fn bounded_buffer(mut self, capacity: usize) -> Self {
+        self.buffer_capacity = Some(capacity.max(1));
+        self
+    }
+}
+
 /// A shared, indexed informer for objects of type `K` (client-go `SharedIndexInformer`).
 ///
 /// Cheap to clone: clones are the same informer. Register handlers with
@@ -195,15 +230,27 @@ where
         handler: impl ResourceEventHandler<K>,
         resync_period: Duration,
     ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
-        let listener = self.add_listener(resync_period)?;
-        listener.spawn_handler(
-            Box::new(handler),
-            format!(
-                "informer-{}-handler-{}",
-                short_type_name::<K>(),
-                listener.id
-            ),
-        );
+        self.add_event_handler_with_options(
+            handler,
+            HandlerOptions::default().resync_period(resync_period),
+        )
+    }
+
+    /// Registers a handler with [`HandlerOptions`]: its resync period and its buffer bound.
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Stopped`] once the informer has been stopped.
+    pub fn add_event_handler_with_options(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+        options: HandlerOptions,
+    ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
+        let period = options
+            .resync_period
+            .unwrap_or_else(|| self.inner.state.lock().default_resync);
+        let listener =
+            self.add_listener(period, options.buffer_capacity, Some(Box::new(handler)))?;
         Ok(ResourceEventHandlerRegistration::new(
             listener,
             Arc::downgrade(&self.inner),
@@ -218,11 +265,16 @@ where
     /// [`InformerError::Stopped`] once the informer has been stopped.
     pub fn subscribe(&self) -> Result<EventStream<K>, InformerError> {
         let period = self.inner.state.lock().default_resync;
-        let listener = self.add_listener(period)?;
+        let listener = self.add_listener(period, None, None)?;
         Ok(EventStream::new(listener, Arc::downgrade(&self.inner)))
     }
 
-    fn add_listener(&self, requested: Duration) -> Result<Arc<Listener<K>>, InformerError> {
+    fn add_listener(
+        &self,
+        requested: Duration,
+        capacity: Option<usize>,
+        handler: Option<Box<dyn ResourceEventHandler<K>>>,
+    ) -> Result<Arc<Listener<K>>, InformerError> {
         let inner = &self.inner;
         let mut st = inner.state.lock();
         if st.stopped {
@@ -246,7 +298,16 @@ where
             }
         }
         let period = determine_resync_period(requested, st.resync_check_period);
-        let listener = Listener::new(inner.processor.next_id(), requested, period);
+        let listener = Listener::new(inner.processor.next_id(), requested, period, capacity);
+        if let Some(h) = handler {
+            // Before registration: a bounded buffer needs its consumer running.
+            let name = format!(
+                "informer-{}-handler-{}",
+                short_type_name::<K>(),
+                listener.id
+            );
+            listener.spawn_handler(h, name);
+        }
         if !st.started {
             inner.processor.add(listener.clone());
             return Ok(listener);
@@ -257,7 +318,7 @@ where
         inner.processor.add(listener.clone());
         listener.start_resync_clock(tokio::time::Instant::now());
         for obj in inner.indexer.list() {
-            listener.queue.push(Event::Add {
+            listener.queue.push_unbounded(Event::Add {
                 obj,
                 is_in_initial_list: true,
             });

@@ -25,6 +25,9 @@ const INITIAL_BUFFER: usize = 1024;
 pub(crate) struct ListenerQueue<K> {
     state: Mutex<QueueState<K>>,
     cond: Condvar,
+    /// With a bounded buffer: signalled when the consumer takes notifications out.
+    space: Condvar,
+    capacity: Option<usize>,
     notify: Notify,
     /// Adds with `is_in_initial_list` queued and not yet fully handled (client-go
     /// `synctrack.SingleFileTracker`).
@@ -39,25 +42,47 @@ struct QueueState<K> {
 }
 
 impl<K> ListenerQueue<K> {
-    fn new() -> Self {
+    fn new(capacity: Option<usize>) -> Self {
+        let capacity = capacity.map(|c| c.max(1));
         Self {
             state: Mutex::new(QueueState {
-                buf: VecDeque::with_capacity(INITIAL_BUFFER),
+                buf: VecDeque::with_capacity(
+                    capacity.unwrap_or(INITIAL_BUFFER).min(INITIAL_BUFFER),
+                ),
                 closed: false,
             }),
             cond: Condvar::new(),
+            space: Condvar::new(),
+            capacity,
             notify: Notify::new(),
             initial_pending: AtomicUsize::new(0),
             pending: AtomicUsize::new(0),
         }
     }
 
+    /// Queues a notification. With a bounded buffer that is full, waits until the consumer
+    /// makes room (back-pressure on the informer) or the listener is closed.
     pub(crate) fn push(&self, ev: Event<K>) {
+        self.push_inner(ev, true);
+    }
+
+    /// Queues a notification ignoring the bound: the replay of the cache to a late handler, done
+    /// before its consumer may be running.
+    pub(crate) fn push_unbounded(&self, ev: Event<K>) {
+        self.push_inner(ev, false);
+    }
+
+    fn push_inner(&self, ev: Event<K>, bounded: bool) {
         if ev.is_initial_add() {
             self.initial_pending.fetch_add(1, Ordering::AcqRel);
         }
         self.pending.fetch_add(1, Ordering::AcqRel);
         let mut st = self.state.lock();
+        if let (true, Some(cap)) = (bounded, self.capacity) {
+            while !st.closed && st.buf.len() >= cap {
+                self.space.wait(&mut st);
+            }
+        }
         if st.closed {
             drop(st);
             self.finished(&ev);
@@ -87,6 +112,7 @@ impl<K> ListenerQueue<K> {
             self.finished(ev);
         }
         self.cond.notify_all();
+        self.space.notify_all();
         self.notify.notify_waiters();
         self.notify.notify_one();
     }
@@ -100,9 +126,16 @@ impl<K> ListenerQueue<K> {
                 return false;
             }
             if !st.buf.is_empty() {
-                // Swap buffers: the producer keeps pushing into a fresh ring while this
-                // thread works through the batch without holding the lock.
-                std::mem::swap(&mut st.buf, into);
+                if self.capacity.is_some() {
+                    // Bounded: take one at a time, so buffered plus in hand never exceeds the
+                    // bound by more than the one being handled.
+                    into.extend(st.buf.pop_front());
+                    self.space.notify_one();
+                } else {
+                    // Swap buffers: the producer keeps pushing into a fresh ring while this
+                    // thread works through the batch without holding the lock.
+                    std::mem::swap(&mut st.buf, into);
+                }
                 return true;
             }
             self.cond.wait(&mut st);
@@ -115,7 +148,11 @@ impl<K> ListenerQueue<K> {
         if st.closed {
             return Err(());
         }
-        Ok(st.buf.pop_front())
+        let ev = st.buf.pop_front();
+        if ev.is_some() && self.capacity.is_some() {
+            self.space.notify_one();
+        }
+        Ok(ev)
     }
 
     pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
@@ -157,10 +194,15 @@ impl<K> Listener<K> {
 }
 
 impl<K> Listener<K> {
-    pub(crate) fn new(id: u64, requested_resync: Duration, resync_period: Duration) -> Arc<Self> {
+    pub(crate) fn new(
+        id: u64,
+        requested_resync: Duration,
+        resync_period: Duration,
+        capacity: Option<usize>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             id,
-            queue: Arc::new(ListenerQueue::new()),
+            queue: Arc::new(ListenerQueue::new(capacity)),
             requested_resync,
             resync: Mutex::new(ResyncState {
                 period: resync_period,
@@ -238,6 +280,9 @@ impl<K> Listener<K> {
 pub(crate) struct Processor<K> {
     listeners: RwLock<Vec<Arc<Listener<K>>>>,
     next_id: AtomicU64,
+    /// Set once a listener with a bounded buffer joins: pushes may then block, so they must not
+    /// hold the listeners lock (a handler removing itself would deadlock).
+    any_bounded: AtomicBool,
 }
 
 impl<K> Processor<K> {
@@ -245,6 +290,7 @@ impl<K> Processor<K> {
         Self {
             listeners: RwLock::new(Vec::new()),
             next_id: AtomicU64::new(1),
+            any_bounded: AtomicBool::new(false),
         }
     }
 
@@ -253,6 +299,9 @@ impl<K> Processor<K> {
     }
 
     pub(crate) fn add(&self, l: Arc<Listener<K>>) {
+        if l.queue.capacity.is_some() {
+            self.any_bounded.store(true, Ordering::Release);
+        }
         self.listeners.write().push(l);
     }
 
@@ -268,17 +317,11 @@ impl<K> Processor<K> {
 
     /// Sends a notification to every listener, or for a resync only to those due.
     pub(crate) fn distribute(&self, ev: Event<K>, is_sync: bool) {
-        let g = self.listeners.read();
-        let mut targets = g
-            .iter()
-            .filter(|l| !is_sync || l.syncing.load(Ordering::Acquire))
-            .peekable();
-        while let Some(l) = targets.next() {
-            if targets.peek().is_none() {
-                l.queue.push(ev);
-                return;
-            }
-            l.queue.push(ev.clone());
+        if self.any_bounded.load(Ordering::Acquire) {
+            let targets: Vec<_> = self.listeners.read().clone();
+            fan_out(targets.iter(), ev, is_sync);
+        } else {
+            fan_out(self.listeners.read().iter(), ev, is_sync);
         }
     }
 
@@ -304,6 +347,24 @@ impl<K> Processor<K> {
     pub(crate) fn stop_all(&self) -> Vec<JoinHandle<()>> {
         let ls = std::mem::take(&mut *self.listeners.write());
         ls.iter().filter_map(|l| l.stop()).collect()
+    }
+}
+
+/// Pushes `ev` to each target (only those due, for a resync), cloning for all but the last.
+fn fan_out<'a, K: 'a>(
+    listeners: impl Iterator<Item = &'a Arc<Listener<K>>>,
+    ev: Event<K>,
+    is_sync: bool,
+) {
+    let mut targets = listeners
+        .filter(|l| !is_sync || l.syncing.load(Ordering::Acquire))
+        .peekable();
+    while let Some(l) = targets.next() {
+        if targets.peek().is_none() {
+            l.queue.push(ev);
+            return;
+        }
+        l.queue.push(ev.clone());
     }
 }
 

@@ -37,6 +37,11 @@ where
         Self { listener, informer }
     }
 
+    #[cfg(test)]
+    pub(crate) fn listener_for_tests(&self) -> Arc<Listener<K>> {
+        self.listener.clone()
+    }
+
     pub(crate) fn id(&self) -> u64 {
         self.listener.id
     }

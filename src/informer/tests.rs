@@ -672,3 +672,59 @@ fn public_handles_are_send_and_sync() {
     future_is_send(inf.shutdown());
     future_is_send(inf.wait_for_cache_sync());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounded_buffer_applies_back_pressure_and_loses_nothing() {
+    const N: usize = 60;
+    const CAP: usize = 5;
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![])));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    let (rec, log) = recorder();
+    let max_pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = max_pending.clone();
+    // The slow handler samples its own backlog while it works.
+    let reg_slot: Arc<Mutex<Option<ResourceEventHandlerRegistration<ConfigMap>>>> = Arc::default();
+    let slot = reg_slot.clone();
+    let slow = ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+        if let Some(r) = slot.lock().as_ref() {
+            seen.fetch_max(r.pending(), Ordering::SeqCst);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    });
+    let reg = inf
+        .add_event_handler_with_options(slow, HandlerOptions::default().bounded_buffer(CAP))
+        .unwrap();
+    *reg_slot.lock() = Some(ResourceEventHandlerRegistration::new(
+        reg.listener_for_tests(),
+        Arc::downgrade(&inf.inner),
+    ));
+    inf.add_event_handler(rec).unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    for i in 0..N {
+        tx.send(Ok(WatchEvent::Added(cm(
+            "ns",
+            &format!("o{i}"),
+            &(i + 2).to_string(),
+        ))))
+        .unwrap();
+    }
+    eventually("every event reached the unbounded handler", || {
+        log.lock().len() == N
+    })
+    .await;
+    eventually("the bounded handler drained", || reg.pending() == 0).await;
+    let max = max_pending.load(Ordering::SeqCst);
+    // Buffered, plus the one being handled, plus one a blocked push has already counted.
+    assert!(max <= CAP + 2, "bounded handler's backlog reached {max}");
+    assert!(
+        max >= CAP,
+        "the bound was never reached ({max}); the test proves nothing"
+    );
+    let got = log.lock().clone();
+    let want: Vec<_> = (0..N).map(|i| format!("add ns/o{i} {}", i + 2)).collect();
+    assert_eq!(got, want, "order and completeness for the other handler");
+    inf.shutdown().await;
+}
