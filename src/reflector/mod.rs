@@ -588,10 +588,11 @@ where
     if period.is_zero() {
         return futures::future::pending().await;
     }
-    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        // Re-armed after each check, as client-go's `resyncChan`: the listeners' next-due times
+        // are set during the check, so a fixed-rate ticker would find them not quite due every
+        // other time and resync at twice the period.
+        tokio::time::sleep(period).await;
         if should.as_ref().is_none_or(|f| f())
             && let Err(e) = fifo.resync()
         {

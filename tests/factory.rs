@@ -1,0 +1,222 @@
+//! `SharedInformerFactory` against the fake API server: one informer per type, options applied
+//! to the requests, start/sync/shutdown, typed, dynamic and metadata-only informers, listers.
+#![cfg(feature = "testing")]
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{ApiResource, DynamicObject, ObjectMeta, PartialObjectMeta};
+use kube_informer::{
+    FactoryConfig, ResourceEventHandlerFuncs, SharedInformerFactory,
+    testing::{FakeApiServer, Verb},
+};
+use parking_lot::Mutex;
+
+fn cm(ns: &str, name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).into(), (*v).into()))
+                    .collect(),
+            ),
+            managed_fields: Some(vec![Default::default()]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("k".to_owned(), "v".to_owned())])),
+        ..Default::default()
+    }
+}
+
+async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: likely deadlocked"))
+}
+
+async fn eventually(what: &str, f: impl Fn() -> bool) {
+    within(what, async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn same_type_gives_the_same_informer_and_start_is_idempotent() {
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server.create(&cm("a", "one", &[])).unwrap();
+    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let i1 = factory.informer::<ConfigMap>();
+    let i2 = factory.informer::<ConfigMap>();
+    let adds = Arc::new(Mutex::new(0));
+    let a = adds.clone();
+    i1.add_event_handler(
+        ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| *a.lock() += 1),
+    )
+    .unwrap();
+    factory.start();
+    factory.start();
+    let synced = within("sync", factory.wait_for_cache_sync()).await;
+    assert_eq!(synced, BTreeMap::from([("v1/ConfigMap".to_owned(), true)]));
+    assert!(i2.has_synced(), "the second handle is the same informer");
+    let lists = server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == Verb::List)
+        .count();
+    assert_eq!(lists, 1, "one informer, started once");
+    eventually("one add", || *adds.lock() == 1).await;
+    within("shutdown", factory.shutdown()).await;
+    assert!(i1.is_stopped() && i2.is_stopped());
+}
+
+#[tokio::test]
+async fn start_starts_only_informers_requested_since_the_last_start() {
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let cms = factory.informer::<ConfigMap>();
+    factory.start();
+    within("sync", factory.wait_for_cache_sync()).await;
+    let secrets = factory.informer::<Secret>();
+    assert!(
+        !secrets.is_started(),
+        "requested after start: waits for the next start"
+    );
+    factory.start();
+    let synced = within("sync", factory.wait_for_cache_sync()).await;
+    assert_eq!(synced.len(), 2);
+    assert!(cms.has_synced() && secrets.has_synced());
+    within("shutdown", factory.shutdown()).await;
+    factory.start();
+    assert!(
+        !factory.informer::<Namespace>().is_started(),
+        "nothing starts after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn namespace_and_selectors_reach_every_request_and_transform_applies() {
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server
+        .create(&cm("team", "web", &[("app", "web")]))
+        .unwrap();
+    server.create(&cm("team", "db", &[("app", "db")])).unwrap();
+    server
+        .create(&cm("other", "web", &[("app", "web")]))
+        .unwrap();
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default()
+            .namespace("team")
+            .labels("app=web")
+            .strip_managed_fields(),
+    );
+    let lister = factory.lister::<ConfigMap>();
+    // Cluster-scoped types ignore the namespace.
+    let namespaces = factory.informer::<Namespace>();
+    factory.start();
+    within("sync", factory.wait_for_cache_sync()).await;
+    let all = lister.list(&Default::default());
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].metadata.namespace.as_deref(), Some("team"));
+    assert!(
+        all[0].metadata.managed_fields.is_none(),
+        "transform applied"
+    );
+    for r in server
+        .requests()
+        .iter()
+        .filter(|r| matches!(r.verb, Verb::List | Verb::Watch))
+    {
+        assert_eq!(r.query.label_selector.as_deref(), Some("app=web"), "{r:?}");
+        if r.path.contains("configmaps") {
+            assert_eq!(r.path, "/api/v1/namespaces/team/configmaps");
+        } else {
+            assert_eq!(r.path, "/api/v1/namespaces");
+        }
+    }
+    assert!(namespaces.has_synced());
+    within("shutdown", factory.shutdown()).await;
+}
+
+#[tokio::test]
+async fn dynamic_and_metadata_informers_cache_what_they_are_asked_for() {
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server.create(&cm("ns", "a", &[("x", "1")])).unwrap();
+    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let ar = ApiResource::erase::<ConfigMap>(&());
+    let dynamic = factory.dynamic_informer(&ar, true);
+    let meta = factory.metadata_informer::<ConfigMap>();
+    assert_eq!(
+        factory.dynamic_informer(&ar, true).indexer().len(),
+        0,
+        "same informer, not yet synced"
+    );
+    factory.start();
+    let synced = within("sync", factory.wait_for_cache_sync()).await;
+    assert!(synced.values().all(|ok| *ok), "{synced:?}");
+    let d: Arc<DynamicObject> = dynamic.lister().namespaced("ns").get("a").unwrap();
+    assert_eq!(d.data["data"]["k"], "v");
+    let m: Arc<PartialObjectMeta<ConfigMap>> = meta.lister().namespaced("ns").get("a").unwrap();
+    assert_eq!(m.metadata.labels.as_ref().unwrap()["x"], "1");
+    server.delete::<ConfigMap>(Some("ns"), "a").unwrap();
+    eventually("delete seen by both", || {
+        dynamic.indexer().is_empty() && meta.indexer().is_empty()
+    })
+    .await;
+    within("shutdown", factory.shutdown()).await;
+}
+
+#[tokio::test]
+async fn default_and_per_type_resync_periods() {
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server.create(&cm("ns", "a", &[])).unwrap();
+    server
+        .create(&Secret {
+            metadata: ObjectMeta {
+                name: Some("s".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .unwrap();
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default()
+            .default_resync(Duration::from_secs(1))
+            .resync_for::<Secret>(Duration::ZERO),
+    );
+    let resyncs = Arc::new(Mutex::new(Vec::new()));
+    let (r1, r2) = (resyncs.clone(), resyncs.clone());
+    factory
+        .informer::<ConfigMap>()
+        .add_event_handler(
+            ResourceEventHandlerFuncs::new()
+                .on_update(move |_, _: &Arc<ConfigMap>| r1.lock().push("cm")),
+        )
+        .unwrap();
+    factory
+        .informer::<Secret>()
+        .add_event_handler(
+            ResourceEventHandlerFuncs::new()
+                .on_update(move |_, _: &Arc<Secret>| r2.lock().push("secret")),
+        )
+        .unwrap();
+    factory.start();
+    within("sync", factory.wait_for_cache_sync()).await;
+    eventually("a ConfigMap resync", || !resyncs.lock().is_empty()).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let got = resyncs.lock().clone();
+    assert!(
+        got.iter().all(|k| *k == "cm"),
+        "secrets have no resync: {got:?}"
+    );
+    assert!(got.len() >= 2, "resyncs every second: {got:?}");
+    within("shutdown", factory.shutdown()).await;
+}
