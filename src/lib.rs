@@ -26,6 +26,54 @@
 //!
 //! Objects are decoded once and shared as `Arc<K>` by the cache, the FIFO, every handler and every
 //! lister read.
+//!
+//! # The whole flow
+//!
+//! Against the built-in fake API server (feature `testing`); with a real cluster, take the
+//! client from `kube::Client::try_default()` instead.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::api::ObjectMeta;
+//! use kube_informer::{
+//!     FactoryConfig, ObjectKey, RateLimitingQueue, ResourceEventHandlerFuncs,
+//!     SharedInformerFactory, key_of, testing::FakeApiServer,
+//! };
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let server = FakeApiServer::start_with_core().await?;
+//! let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+//!
+//! // A handler that only enqueues keys; workers do the work.
+//! let queue: RateLimitingQueue<ObjectKey> = RateLimitingQueue::new();
+//! let q = queue.clone();
+//! factory.informer::<ConfigMap>().add_event_handler(
+//!     ResourceEventHandlerFuncs::new()
+//!         .on_add(move |cm: &Arc<ConfigMap>, _initial| { let _ = q.add(key_of(&**cm).unwrap()); }),
+//! )?;
+//! factory.start();
+//! factory.wait_for_cache_sync().await;
+//!
+//! // A change on the server reaches the handler, then the queue.
+//! server.create(&ConfigMap {
+//!     metadata: ObjectMeta { name: Some("app".into()), namespace: Some("prod".into()), ..Default::default() },
+//!     ..Default::default()
+//! })?;
+//! let key = queue.get().await.expect("queue is running");
+//! assert_eq!(key.as_str(), "prod/app");
+//!
+//! // The worker reads the current state from the lister (the cache), not from the event.
+//! let lister = factory.lister::<ConfigMap>();
+//! assert!(lister.namespaced("prod").get("app").is_some());
+//! queue.forget(&key);
+//! queue.done(&key);
+//!
+//! queue.shutdown();
+//! factory.shutdown().await;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
