@@ -12,6 +12,8 @@ mod support;
 
 #[path = "e2e/crd.rs"]
 mod crd;
+#[path = "e2e/streaming.rs"]
+mod streaming;
 #[path = "e2e/typed.rs"]
 mod typed;
 
