@@ -5,6 +5,8 @@
 
 #[path = "e2e/common.rs"]
 mod common;
+#[path = "e2e/faults.rs"]
+mod faults;
 #[path = "e2e/proxy.rs"]
 mod proxy;
 #[path = "e2e/support.rs"]
