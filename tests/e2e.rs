@@ -9,6 +9,8 @@ mod common;
 mod faults;
 #[path = "e2e/proxy.rs"]
 mod proxy;
+#[path = "e2e/stress.rs"]
+mod stress;
 #[path = "e2e/support.rs"]
 mod support;
 

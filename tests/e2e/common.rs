@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::{Client, Resource};
-use kube_informer::{DeltaObject, Event, ResourceEventHandlerFuncs};
+use kube_informer::{DeltaObject, Event, ResourceEventHandlerFuncs, SharedIndexInformer};
 use serde::de::DeserializeOwned;
 
 /// How long any single step may take before the test is declared stuck. Generous: CI machines
@@ -54,6 +54,13 @@ pub fn config_map(name: &str, value: &str) -> ConfigMap {
         data: Some(BTreeMap::from([("key".to_owned(), value.to_owned())])),
         ..ConfigMap::default()
     }
+}
+
+/// Creates namespace `ns` and returns the admin's config map API in it.
+pub async fn config_maps_in(cluster: &crate::support::Cluster, ns: &str) -> Api<ConfigMap> {
+    let admin = cluster.admin();
+    create_namespace(&admin, ns).await;
+    Api::namespaced(admin, ns)
 }
 
 pub async fn create_namespace(client: &Client, name: &str) {
@@ -197,6 +204,15 @@ impl<K: Resource + Send + Sync + 'static> Recorder<K> {
         }
     }
 
+    /// A recorder registered on `informer`.
+    pub fn attach(informer: &SharedIndexInformer<K>) -> Self {
+        let me = Self::new();
+        informer
+            .add_event_handler(me.handler())
+            .expect("the informer takes handlers until it stops");
+        me
+    }
+
     /// A handler appending to this recorder.
     pub fn handler(&self) -> ResourceEventHandlerFuncs<K> {
         let (a, u, d) = (
@@ -261,6 +277,7 @@ pub struct ErrorLog {
 #[derive(Debug, Clone)]
 pub struct LoggedError {
     pub at: std::time::Instant,
+    #[allow(dead_code, reason = "shown by Debug in failure messages")]
     pub message: String,
     pub status: Option<u16>,
     pub expired: bool,
@@ -268,6 +285,15 @@ pub struct LoggedError {
 }
 
 impl ErrorLog {
+    /// A log set as `informer`'s watch-error handler (before it starts).
+    pub fn attach<K: Resource + Send + Sync + 'static>(informer: &SharedIndexInformer<K>) -> Self {
+        let me = Self::default();
+        informer
+            .set_watch_error_handler(me.handler())
+            .expect("the watch-error handler is set before start");
+        me
+    }
+
     pub fn handler(&self) -> Arc<dyn Fn(&kube_informer::reflector::Error) + Send + Sync> {
         let errors = self.errors.clone();
         Arc::new(move |e: &kube_informer::reflector::Error| {

@@ -17,7 +17,7 @@ use kube_informer::{
 };
 
 use crate::common::{
-    CONVERGE_TIMEOUT, ErrorLog, Recorder, Seen, config_map, create_namespace, eventually, key, rv,
+    CONVERGE_TIMEOUT, ErrorLog, Recorder, Seen, config_map, config_maps_in, eventually, key, rv,
     server_versions, versions, within,
 };
 use crate::proxy::Proxy;
@@ -104,9 +104,7 @@ async fn relist_after_expiry_delivers_tombstones_for_objects_deleted_while_disco
         return;
     };
     let ns = "expiry";
-    let admin = cluster.admin();
-    create_namespace(&admin, ns).await;
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    let cms = config_maps_in(&cluster, ns).await;
     create_config_maps(&cms, (0..10).map(|i| format!("cm-{i}"))).await;
 
     let proxy = Proxy::start(cluster.apiserver_port()).await;
@@ -123,14 +121,8 @@ async fn relist_after_expiry_delivers_tombstones_for_objects_deleted_while_disco
         ApiListerWatcher::new(Api::<ConfigMap>::namespaced(proxied, ns)),
         InformerConfig::default().reflector(ReflectorConfig::default().backoff(backoff)),
     );
-    let errors = ErrorLog::default();
-    informer
-        .set_watch_error_handler(errors.handler())
-        .expect("before start");
-    let events = Recorder::new();
-    informer
-        .add_event_handler(events.handler())
-        .expect("add handler");
+    let errors = ErrorLog::attach(&informer);
+    let events = Recorder::attach(&informer);
     informer.start();
     assert!(within("sync", informer.wait_for_cache_sync()).await);
     events.wait_for("initial adds", 10).await;
@@ -259,22 +251,14 @@ async fn informer_recovers_after_apiserver_is_killed_and_restarted_mid_watch() {
         return;
     };
     let ns = "restart";
-    let admin = cluster.admin();
-    create_namespace(&admin, ns).await;
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    let cms = config_maps_in(&cluster, ns).await;
     create_config_maps(&cms, (0..20).map(|i| format!("cm-{i}"))).await;
 
     let factory =
         SharedInformerFactory::new(cluster.admin(), FactoryConfig::default().namespace(ns));
     let informer = factory.informer::<ConfigMap>();
-    let errors = ErrorLog::default();
-    informer
-        .set_watch_error_handler(errors.handler())
-        .expect("before start");
-    let events = Recorder::new();
-    informer
-        .add_event_handler(events.handler())
-        .expect("add handler");
+    let errors = ErrorLog::attach(&informer);
+    let events = Recorder::attach(&informer);
     factory.start();
     within("sync", factory.wait_for_cache_sync()).await;
     events.wait_for("initial adds", 20).await;
@@ -341,7 +325,10 @@ async fn informer_recovers_after_apiserver_is_killed_and_restarted_mid_watch() {
         || assert_last_events_match(&events.seen(), &server),
     )
     .await;
-    eprintln!("{writes} writes during the restart; errors: {:#?}", errors.all());
+    eprintln!(
+        "{writes} writes during the restart; errors: {:#?}",
+        errors.all()
+    );
     assert!(
         !errors.all().is_empty(),
         "the outage went unnoticed by the watch-error handler"
@@ -359,18 +346,14 @@ async fn forbidden_informer_backs_off_then_syncs_once_rbac_grants_access() {
         return;
     };
     let ns = "rbac";
+    let cms = config_maps_in(&cluster, ns).await;
     let admin = cluster.admin();
-    create_namespace(&admin, ns).await;
-    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
     create_config_maps(&cms, (0..3).map(|i| format!("cm-{i}"))).await;
 
     let factory =
         SharedInformerFactory::new(cluster.restricted(), FactoryConfig::default().namespace(ns));
     let informer = factory.informer::<ConfigMap>();
-    let errors = ErrorLog::default();
-    informer
-        .set_watch_error_handler(errors.handler())
-        .expect("before start");
+    let errors = ErrorLog::attach(&informer);
     factory.start();
 
     // Ten seconds of refusals with the default backoff (800 ms, ×2, jitter up to ×2): the

@@ -6,7 +6,7 @@
 //! address is as well.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -17,7 +17,6 @@ pub struct Proxy {
     cut: Arc<AtomicBool>,
     /// Bumped by [`Proxy::cut`]: every live connection ends when it changes.
     generation: watch::Sender<u64>,
-    accepted: Arc<AtomicUsize>,
     accept_task: JoinHandle<()>,
 }
 
@@ -30,11 +29,9 @@ impl Proxy {
         let port = listener.local_addr().expect("bound address").port();
         let cut = Arc::new(AtomicBool::new(false));
         let (generation, _) = watch::channel(0u64);
-        let accepted = Arc::new(AtomicUsize::new(0));
         let accept_task = {
             let cut = cut.clone();
             let generation = generation.clone();
-            let accepted = accepted.clone();
             tokio::spawn(async move {
                 loop {
                     let Ok((mut client, _)) = listener.accept().await else {
@@ -48,7 +45,6 @@ impl Proxy {
                         drop(client);
                         continue;
                     }
-                    accepted.fetch_add(1, Ordering::SeqCst);
                     tokio::spawn(async move {
                         let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream_port)).await
                         else {
@@ -67,7 +63,6 @@ impl Proxy {
             port,
             cut,
             generation,
-            accepted,
             accept_task,
         }
     }
@@ -85,11 +80,6 @@ impl Proxy {
     /// Forwards new connections again.
     pub fn restore(&self) {
         self.cut.store(false, Ordering::SeqCst);
-    }
-
-    /// Connections forwarded so far.
-    pub fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
     }
 }
 

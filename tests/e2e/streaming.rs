@@ -16,7 +16,7 @@ use kube_informer::{
 };
 
 use crate::common::{
-    CONVERGE_TIMEOUT, ErrorLog, Recorder, Seen, config_map, create_namespace, eventually, key, rv,
+    CONVERGE_TIMEOUT, ErrorLog, Recorder, Seen, config_map, config_maps_in, eventually, key, rv,
     server_versions, versions, within,
 };
 use crate::support::Cluster;
@@ -65,9 +65,7 @@ const OBJECTS: usize = 30;
 
 /// Creates the namespace and [`OBJECTS`] config maps in it.
 async fn populate(cluster: &Cluster, ns: &str) -> Api<ConfigMap> {
-    let admin = cluster.admin();
-    create_namespace(&admin, ns).await;
-    let cms: Api<ConfigMap> = Api::namespaced(admin, ns);
+    let cms = config_maps_in(cluster, ns).await;
     for i in 0..OBJECTS {
         within(
             "create",
@@ -167,10 +165,7 @@ async fn streaming_initial_list_streams_from_the_real_server_without_list_reques
         lw,
         InformerConfig::default().reflector(ReflectorConfig::default().streaming_list(true)),
     );
-    let errors = ErrorLog::default();
-    informer
-        .set_watch_error_handler(errors.handler())
-        .expect("before start");
+    let errors = ErrorLog::attach(&informer);
     let mut events = informer.subscribe().expect("subscribe");
     informer.start();
     assert!(within("sync", informer.wait_for_cache_sync()).await);
@@ -187,6 +182,11 @@ async fn streaming_initial_list_streams_from_the_real_server_without_list_reques
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].send_initial_events && w[0].allow_bookmarks, "{w:?}");
     }
+    assert!(
+        !errors.all().iter().any(|e| e.watch_list),
+        "fell back to list+watch: {:?}",
+        errors.all()
+    );
     assert!(errors.all().is_empty(), "{:?}", errors.all());
     assert!(!informer.last_sync_resource_version().is_empty());
 
@@ -215,10 +215,7 @@ async fn streaming_initial_list_streams_from_the_real_server_without_list_reques
             .reflector(ReflectorConfig::default().streaming_list(true)),
     );
     let from_factory = factory.informer::<ConfigMap>();
-    let factory_errors = ErrorLog::default();
-    from_factory
-        .set_watch_error_handler(factory_errors.handler())
-        .expect("before start");
+    let factory_errors = ErrorLog::attach(&from_factory);
     factory.start();
     within("factory sync", factory.wait_for_cache_sync()).await;
     let want = server_versions(&cms).await;
@@ -263,10 +260,7 @@ async fn list_then_watch_from_the_listed_resource_version() {
 
     let (lw, (lists, watches)) = counting(Api::namespaced(cluster.admin(), ns));
     let informer = SharedIndexInformer::new(lw, InformerConfig::default());
-    let errors = ErrorLog::default();
-    informer
-        .set_watch_error_handler(errors.handler())
-        .expect("before start");
+    let errors = ErrorLog::attach(&informer);
     let mut events = informer.subscribe().expect("subscribe");
     informer.start();
     assert!(within("sync", informer.wait_for_cache_sync()).await);
@@ -314,4 +308,158 @@ async fn list_then_watch_from_the_listed_resource_version() {
         server_versions(&cms).await
     );
     within("shutdown", informer.shutdown()).await;
+}
+
+/// Watches that the server ends at their `timeoutSeconds` are resumed from the last version
+/// seen, without a relist, in both modes; changes made across those boundaries all arrive.
+/// A small page size makes the list paginate if the server honours `limit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_watch_timeouts_resume_from_the_last_version_without_relisting() {
+    let Some(cluster) = within("start", Cluster::start_or_skip("watch_timeouts")).await else {
+        return;
+    };
+    let ns = "timeouts";
+    let cms = populate(&cluster, ns).await;
+
+    // timeoutSeconds in [2, 4]: several watches end normally within the test.
+    let short = ReflectorConfig::default()
+        .min_watch_timeout(std::time::Duration::from_secs(2))
+        .page_size(7);
+    let mut informers = Vec::new();
+    for streaming in [false, true] {
+        let (lw, calls) = counting(Api::namespaced(cluster.admin(), ns));
+        let informer = SharedIndexInformer::new(
+            lw,
+            InformerConfig::default().reflector(short.clone().streaming_list(streaming)),
+        );
+        let errors = ErrorLog::attach(&informer);
+        let events = Recorder::attach(&informer);
+        informer.start();
+        informers.push((streaming, informer, calls, errors, events));
+    }
+    for (_, informer, ..) in &informers {
+        assert!(within("sync", informer.wait_for_cache_sync()).await);
+    }
+
+    // Keep writing for ~10 s, across several watch timeouts. Every patch changes the object
+    // ("w{n}" never equals the initial "0"), so each one is a real update.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut writes = 0usize;
+    while std::time::Instant::now() < deadline {
+        let patch = serde_json::json!({ "data": { "key": format!("w{writes}") } });
+        within(
+            "patch",
+            cms.patch(
+                &format!("cm-{}", writes % OBJECTS),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            ),
+        )
+        .await
+        .expect("patch");
+        writes += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let want = server_versions(&cms).await;
+
+    for (streaming, informer, (lists, watches), errors, events) in &informers {
+        let mode = if *streaming {
+            "streaming"
+        } else {
+            "list+watch"
+        };
+        eventually(
+            &format!("{mode}: every update arrives"),
+            CONVERGE_TIMEOUT,
+            || {
+                let got = versions(
+                    informer
+                        .lister()
+                        .list(&Selector::default())
+                        .iter()
+                        .map(|o| &**o),
+                );
+                let updates = events
+                    .seen()
+                    .iter()
+                    .filter(|s| matches!(s, Seen::Update { .. }))
+                    .count();
+                if got == want && updates == writes {
+                    Ok(())
+                } else {
+                    let mut last = std::collections::BTreeMap::new();
+                    let mut gaps = Vec::new();
+                    for s in events.seen() {
+                        match &s {
+                            Seen::Add { key, rv, .. } => {
+                                last.insert(key.clone(), rv.clone());
+                            }
+                            Seen::Update {
+                                key,
+                                old_rv,
+                                new_rv,
+                                ..
+                            } => {
+                                if last.get(key) != Some(old_rv) {
+                                    gaps.push(s.clone());
+                                }
+                                last.insert(key.clone(), new_rv.clone());
+                            }
+                            Seen::Delete { .. } => {}
+                        }
+                    }
+                    Err(format!(
+                        "{updates} of {writes} updates; cache {got:?} vs {want:?}; \
+                         lists {:?}; watches {:?}; errors {:?}; gaps {gaps:?}",
+                        lists.lock().unwrap(),
+                        watches.lock().unwrap(),
+                        errors.all()
+                    ))
+                }
+            },
+        )
+        .await;
+        let lists = lists.lock().unwrap().clone();
+        let watches = watches.lock().unwrap().clone();
+        eprintln!(
+            "{mode}: {} list requests, {} watches; errors {:?}",
+            lists.len(),
+            watches.len(),
+            errors.all()
+        );
+        assert!(errors.all().is_empty(), "{mode}: {:?}", errors.all());
+        assert!(
+            watches.len() >= 3,
+            "{mode}: watches did not time out: {watches:?}"
+        );
+        // Every re-watch asks for plain events from a known version: no relist, no
+        // second streaming list.
+        for w in &watches[1..] {
+            assert!(
+                !w.send_initial_events && !w.resource_version.is_empty(),
+                "{mode}: {watches:?}"
+            );
+        }
+        if *streaming {
+            assert!(lists.is_empty(), "{mode}: {lists:?}");
+            assert!(watches[0].send_initial_events);
+        } else {
+            // One list, paginated if the server chose to: later pages carry continue tokens.
+            assert_eq!(lists[0].resource_version, "0", "{lists:?}");
+            assert!(
+                lists[1..].iter().all(|l| l.continue_token.is_some()),
+                "{lists:?}"
+            );
+        }
+        // Versions never go backwards from one watch to the next.
+        let rvs: Vec<u64> = watches
+            .iter()
+            .filter(|w| !w.resource_version.is_empty())
+            .map(|w| w.resource_version.parse().expect("integer RV"))
+            .collect();
+        assert!(rvs.windows(2).all(|p| p[0] <= p[1]), "{mode}: {rvs:?}");
+    }
+    for (_, informer, ..) in &informers {
+        within("shutdown", informer.shutdown()).await;
+    }
 }
