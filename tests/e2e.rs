@@ -3,33 +3,30 @@
 //! Every test is skipped (it prints `skipped: ...` and passes) unless `KUBE_INFORMER_E2E_BIN`
 //! names the bin dir printed by `scripts/build-k8s.sh`.
 
+#[path = "e2e/common.rs"]
+mod common;
+#[path = "e2e/faults.rs"]
+mod faults;
+#[path = "e2e/proxy.rs"]
+mod proxy;
+#[path = "e2e/stress.rs"]
+mod stress;
 #[path = "e2e/support.rs"]
 mod support;
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+#[path = "e2e/crd.rs"]
+mod crd;
+#[path = "e2e/streaming.rs"]
+mod streaming;
+#[path = "e2e/typed.rs"]
+mod typed;
 
+use std::time::Instant;
+
+use common::{config_map, within};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams, VersionMatch};
+use kube::api::{Api, ListParams, PostParams, VersionMatch};
 use support::Cluster;
-
-/// Runs `fut`, failing the test instead of hanging forever.
-async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(180), fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no result in 180s, likely deadlocked"))
-}
-
-fn config_map(name: &str, value: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([("key".to_owned(), value.to_owned())])),
-        ..ConfigMap::default()
-    }
-}
 
 fn api_status(err: &kube::Error) -> Option<u16> {
     match err {

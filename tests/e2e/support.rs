@@ -135,6 +135,17 @@ impl Cluster {
         self.client_with_token(RESTRICTED_TOKEN)
     }
 
+    /// The `kube::Config` behind [`Cluster::admin`], to tune (or point through a proxy) before
+    /// building a client.
+    pub fn admin_config(&self) -> Config {
+        self.config_with_token(ADMIN_TOKEN)
+    }
+
+    /// The loopback port kube-apiserver listens on (the same across restarts).
+    pub fn apiserver_port(&self) -> u16 {
+        self.apiserver_port
+    }
+
     /// A `kube::Config` for this cluster authenticated with a bearer `token`; tests can tune it
     /// (timeouts, retries) before building a client.
     pub fn config_with_token(&self, token: &str) -> Config {
