@@ -86,12 +86,92 @@ impl<'de> Deserialize<'de> for FieldName {
 }
 
 /// Why a list body or a watch line could not be decoded.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot decode {what}: {source}")]
+///
+/// Its `Display` and `Debug` never quote the bytes that failed: serde's messages do ("invalid
+/// type: string \"...\""), and for a Secret those bytes are its data, which would then reach the
+/// logs through the reflector's error handler. Syntax errors keep serde's message (it names no
+/// input); data errors keep its shape with every quoted value replaced by `…`, and messages of
+/// unknown shape (custom ones, such as base64 errors naming a byte) are withheld. The serde error
+/// itself is not a `source()`, since error-chain reporters print sources;
+/// [`DecodeError::unredacted`] gives it to code that knows where it goes.
+#[derive(thiserror::Error)]
+#[error("cannot decode {what}: {}", redacted(.error))]
 pub struct DecodeError {
     what: &'static str,
-    #[source]
-    source: serde_json::Error,
+    // Not named `source`: thiserror would make it one.
+    error: serde_json::Error,
+}
+
+impl fmt::Debug for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DecodeError")
+            .field("what", &self.what)
+            .field("error", &redacted(&self.error))
+            .finish()
+    }
+}
+
+impl DecodeError {
+    /// The serde error, unredacted: its message may quote the offending value (for a Secret, its
+    /// data), so keep it out of logs that must not carry object contents.
+    pub fn unredacted(&self) -> &serde_json::Error {
+        &self.error
+    }
+}
+
+/// serde's messages of these shapes quote input only between `"` or `` ` ``.
+const KNOWN_DATA_MESSAGES: &[&str] = &[
+    "invalid type: ",
+    "invalid value: ",
+    "invalid length ",
+    "unknown variant ",
+    "unknown field ",
+];
+
+/// `e`'s message with nothing of the input in it (see [`DecodeError`]).
+fn redacted(e: &serde_json::Error) -> String {
+    let full = e.to_string();
+    if !e.is_data() {
+        // Syntax, EOF and I/O messages are fixed texts plus a position.
+        return full;
+    }
+    let position = match e.line() {
+        0 => String::new(),
+        line => format!(" at line {line} column {}", e.column()),
+    };
+    let msg = full.strip_suffix(&position).unwrap_or(&full);
+    // Field names in these come from the Rust type, not from the input.
+    if msg.starts_with("missing field `") || msg.starts_with("duplicate field `") {
+        return full;
+    }
+    if !KNOWN_DATA_MESSAGES.iter().any(|p| msg.starts_with(p)) {
+        return format!("invalid data{position} (details withheld: they may quote the object)");
+    }
+    let mut out = String::with_capacity(msg.len() + position.len());
+    // The delimiter of the quoted span being skipped, and whether the last char was a `\`.
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in msg.chars() {
+        match quote {
+            None => {
+                out.push(c);
+                if c == '"' || c == '`' {
+                    out.push('…');
+                    quote = Some(c);
+                }
+            }
+            // serde quotes strings with Rust escapes, so `\"` does not end one.
+            Some('"') if escaped => escaped = false,
+            Some('"') if c == '\\' => escaped = true,
+            Some(q) if c == q => {
+                out.push(c);
+                quote = None;
+            }
+            Some(_) => {}
+        }
+    }
+    out.push_str(&position);
+    out
 }
 
 /// Decodes a list response body.
@@ -100,9 +180,9 @@ pub struct DecodeError {
 ///
 /// [`DecodeError`] when the bytes are not a JSON list of `K`.
 pub fn decode_list<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
-    serde_json::from_slice(body).map_err(|source| DecodeError {
+    serde_json::from_slice(body).map_err(|error| DecodeError {
         what: "list",
-        source,
+        error,
     })
 }
 
@@ -264,9 +344,9 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for WatchEvent<K> {
 ///
 /// [`DecodeError`] when the line is not a JSON watch event carrying a `K`.
 pub fn decode_watch_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, DecodeError> {
-    serde_json::from_slice(line).map_err(|source| DecodeError {
+    serde_json::from_slice(line).map_err(|error| DecodeError {
         what: "watch event",
-        source,
+        error,
     })
 }
 
@@ -413,6 +493,45 @@ mod tests {
                 String::from_utf8_lossy(line)
             );
         }
+    }
+
+    #[test]
+    fn decode_errors_never_quote_the_input() {
+        let canary = "c4n4ry";
+        for line in [
+            // invalid type: string "…", expected a map
+            format!(r#"{{"type":"ADDED","object":{{"metadata":"{canary}"}}}}"#),
+            // an escaped quote inside the value does not end the redaction
+            format!(r#"{{"type":"ADDED","object":{{"metadata":"a\"b`{canary}"}}}}"#),
+            // invalid type: integer `…`
+            r#"{"type":"ADDED","object":{"metadata":{"name":41414141}}}"#
+                .replace("41414141", "9876543210"),
+            // unknown variant `…`
+            format!(r#"{{"type":"{canary}","object":{{}}}}"#),
+            // invalid value from a custom message (a bad timestamp)
+            format!(
+                r#"{{"type":"ADDED","object":{{"metadata":{{"creationTimestamp":"{canary}"}}}}}}"#
+            ),
+        ] {
+            let err = decode_watch_event::<ConfigMap>(line.as_bytes()).unwrap_err();
+            for shown in [err.to_string(), format!("{err:?}")] {
+                assert!(
+                    !shown.contains(canary) && !shown.contains("9876543210"),
+                    "{shown}"
+                );
+                assert!(shown.contains("at line 1 column"), "{shown}");
+            }
+            assert!(std::error::Error::source(&err).is_none());
+            assert!(err.unredacted().to_string().contains("at line"));
+        }
+        let err = decode_watch_event::<ConfigMap>(br#"{"object":{}}"#).unwrap_err();
+        assert!(err.to_string().contains("missing field `type`"), "{err}");
+        let err = decode_watch_event::<ConfigMap>(br#"{"type":"ADDED","object":{"data":{"k":5}}}"#)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot decode watch event: invalid type: integer `…`, expected a string at line 1 column 39"
+        );
     }
 
     #[test]

@@ -282,7 +282,7 @@ where
 /// A line that fails to decode is yielded as an error (the reflector reports it and re-watches
 /// from the last resourceVersion it saw, so the event is fetched again rather than lost); a body
 /// that ends mid-line ends the stream like a closed watch.
-pub(crate) fn watch_event_stream<K, S>(body: S) -> WatchStream<K>
+pub fn watch_event_stream<K, S>(body: S) -> WatchStream<K>
 where
     K: DeserializeOwned + Send + 'static,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,

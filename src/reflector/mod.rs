@@ -42,6 +42,13 @@ pub use decode::{ListPage, WatchEvent};
 pub use error::{Error, ListWatchError};
 pub use listwatch::{ApiListerWatcher, ListOptions, ListerWatcher, WatchOptions, WatchStream};
 
+/// Internals reachable only for the fuzz targets in `fuzz/` and `tests/fuzz_decode.rs`; not part
+/// of the API and exempt from semver.
+#[doc(hidden)]
+pub mod __fuzz {
+    pub use super::listwatch::watch_event_stream;
+}
+
 use crate::{
     fifo::DeltaFifo,
     store::{ObjectKey, key_of},

@@ -1,0 +1,222 @@
+//! The fuzz targets' bodies, shared by the libFuzzer binaries in `fuzz_targets/` and by the
+//! stable bounded run in `tests/fuzz_decode.rs` (which includes this file with `#[path]`), so CI
+//! exercises exactly what `cargo fuzz` does.
+//!
+//! Each target takes arbitrary bytes, must never panic or hang, and asserts invariants that hold
+//! for every input, valid or not.
+
+use std::{
+    pin::pin,
+    task::{Context, Poll},
+};
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::ListMeta};
+use kube::core::{DynamicObject, PartialObjectMeta};
+use kube_informer::reflector::{
+    __fuzz::watch_event_stream,
+    WatchEvent,
+    decode::{LineFramer, decode_list, decode_watch_event},
+};
+
+/// Input layout of [`watch_stream`]: byte 0 seeds the chunking, byte 1 is the largest chunk
+/// (0 = the whole body in one chunk; bit 7 set = the stream then fails with a read error), the
+/// rest is the watch response body.
+pub const WATCH_HEADER_LEN: usize = 2;
+
+/// Frames `data` (after the header) in arbitrary chunks, decodes every line as a `Pod`, a
+/// `DynamicObject` and a `PartialObjectMeta<Pod>` event, and runs the same chunks through the
+/// reflector's wire stream.
+///
+/// Invariants:
+/// - the framed lines are exactly the body's non-empty `\n`-separated lines (one trailing `\r`
+///   trimmed), whatever the chunking, and the framer's pending tail is what follows the last `\n`;
+/// - an event's type and, for bookmarks and errors, its payload do not depend on the object type
+///   it is decoded as;
+/// - the wire stream yields one item per framed line, each decoding exactly as the line alone
+///   does, then the read error if one was injected, then ends (never `Pending` on ready input).
+pub fn watch_stream(data: &[u8]) {
+    if data.len() < WATCH_HEADER_LEN {
+        return;
+    }
+    let (seed, max_chunk, fail) = (data[0], data[1] & 0x7f, data[1] & 0x80 != 0);
+    let body = &data[WATCH_HEADER_LEN..];
+    let chunks = chunk(body, seed, max_chunk);
+
+    let (expected, tail) = reference_lines(body);
+    let mut framer = LineFramer::new();
+    let mut lines = Vec::new();
+    for c in &chunks {
+        lines.extend(framer.push(c));
+    }
+    assert_eq!(lines, expected, "framed lines differ from the body's lines");
+    assert_eq!(framer.pending(), tail, "pending tail differs");
+
+    for line in &lines {
+        let pod = decode_watch_event::<Pod>(line);
+        let dynamic = decode_watch_event::<DynamicObject>(line);
+        let meta = decode_watch_event::<PartialObjectMeta<Pod>>(line);
+        if let (Ok(a), Ok(b)) = (&pod, &dynamic) {
+            assert_same_envelope(a, b);
+        }
+        if let (Ok(a), Ok(b)) = (&pod, &meta) {
+            assert_same_envelope(a, b);
+        }
+        if let (Ok(a), Ok(b)) = (&dynamic, &meta) {
+            assert_same_envelope(a, b);
+        }
+    }
+
+    let items = drain(watch_event_stream::<Pod, _>(body_stream(&chunks, fail)));
+    assert_eq!(
+        items.len(),
+        lines.len() + usize::from(fail),
+        "one stream item per line (plus the read error)"
+    );
+    for (item, line) in items.iter().zip(&lines) {
+        assert_eq!(
+            item.is_ok(),
+            decode_watch_event::<Pod>(line).is_ok(),
+            "the stream decodes a line differently from decode_watch_event"
+        );
+    }
+    if fail {
+        assert!(
+            matches!(
+                items.last(),
+                Some(Err(kube_informer::reflector::ListWatchError::Stream(_)))
+            ),
+            "an injected read error must be the stream's last item"
+        );
+    }
+}
+
+/// Decodes `data` as a list of `Pod`s, `DynamicObject`s and `PartialObjectMeta<Pod>`s.
+///
+/// Invariant: a body that decodes is JSON (up to strings in skipped fields) whose `items` (absent or `null` meaning none) has as
+/// many elements as were decoded and whose `metadata.resourceVersion` is the one reported.
+pub fn list_decode(data: &[u8]) {
+    check_list(
+        data,
+        decode_list::<Pod>(data).map(|p| (p.items.len(), p.metadata)),
+    );
+    check_list(
+        data,
+        decode_list::<DynamicObject>(data).map(|p| (p.items.len(), p.metadata)),
+    );
+    check_list(
+        data,
+        decode_list::<PartialObjectMeta<Pod>>(data).map(|p| (p.items.len(), p.metadata)),
+    );
+}
+
+fn check_list<E>(data: &[u8], page: Result<(usize, ListMeta), E>) {
+    let Ok((n, meta)) = page else { return };
+    // Fields the decoder skips are checked for JSON syntax but not for valid UTF-8 or escapes
+    // (serde_json's `IgnoredAny`), so the reference parse repairs the bytes first and gives up on
+    // what only a strict parser rejects.
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(&String::from_utf8_lossy(data))
+    else {
+        return;
+    };
+    let items = match value.get("items") {
+        None | Some(serde_json::Value::Null) => 0,
+        Some(serde_json::Value::Array(a)) => a.len(),
+        Some(other) => panic!("decoded a list whose items are {other}"),
+    };
+    assert_eq!(n, items, "decoded item count differs from the JSON's");
+    let json_rv = value
+        .get("metadata")
+        .and_then(|m| m.get("resourceVersion"))
+        .and_then(|v| v.as_str());
+    assert_eq!(
+        meta.resource_version.as_deref(),
+        json_rv,
+        "list resourceVersion differs"
+    );
+}
+
+/// Splits `body` into chunks of 1..=`max_chunk` bytes chosen by `seed` (one chunk if 0).
+pub fn chunk(body: &[u8], seed: u8, max_chunk: u8) -> Vec<&[u8]> {
+    if max_chunk == 0 {
+        return vec![body];
+    }
+    // A tiny LCG: the chunking must be a pure function of the input for libFuzzer.
+    let mut state = u32::from(seed).wrapping_mul(2_654_435_761).wrapping_add(1);
+    let mut out = Vec::new();
+    let mut rest = body;
+    while !rest.is_empty() {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        let n = ((state >> 16) as usize % usize::from(max_chunk)) + 1;
+        let (head, tail) = rest.split_at(n.min(rest.len()));
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+/// The lines a framer must produce from `body`, and the unterminated tail it must keep.
+fn reference_lines(body: &[u8]) -> (Vec<Vec<u8>>, &[u8]) {
+    let mut parts: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
+    let tail = parts.pop().unwrap_or_default();
+    let lines = parts
+        .into_iter()
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    (lines, tail)
+}
+
+fn assert_same_envelope<A, B>(a: &WatchEvent<A>, b: &WatchEvent<B>) {
+    match (a, b) {
+        (WatchEvent::Added(_), WatchEvent::Added(_))
+        | (WatchEvent::Modified(_), WatchEvent::Modified(_))
+        | (WatchEvent::Deleted(_), WatchEvent::Deleted(_)) => {}
+        (
+            WatchEvent::Bookmark {
+                resource_version: r1,
+                initial_events_end: e1,
+            },
+            WatchEvent::Bookmark {
+                resource_version: r2,
+                initial_events_end: e2,
+            },
+        ) => assert_eq!((r1, e1), (r2, e2), "bookmark depends on the object type"),
+        (WatchEvent::Error(s1), WatchEvent::Error(s2)) => {
+            assert_eq!(s1, s2, "error status depends on the object type")
+        }
+        _ => panic!("event type depends on the object type"),
+    }
+}
+
+fn body_stream(
+    chunks: &[&[u8]],
+    fail: bool,
+) -> impl Stream<Item = Result<Bytes, kube::Error>> + Send + 'static {
+    let mut items: Vec<Result<Bytes, kube::Error>> = chunks
+        .iter()
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    if fail {
+        items.push(Err(kube::Error::ReadEvents(std::io::Error::other(
+            "connection reset",
+        ))));
+    }
+    futures::stream::iter(items)
+}
+
+/// Collects a stream whose input is all ready; `Pending` would mean it waits for nothing (a hang).
+fn drain<S: Stream>(stream: S) -> Vec<S::Item> {
+    let mut stream = pin!(stream);
+    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+    let mut out = Vec::new();
+    loop {
+        match stream.poll_next_unpin(&mut cx) {
+            Poll::Ready(Some(item)) => out.push(item),
+            Poll::Ready(None) => return out,
+            Poll::Pending => panic!("watch stream pending on a fully received body: would hang"),
+        }
+    }
+}
