@@ -63,7 +63,12 @@ impl Harness {
 
     /// The informer over any lister-watcher; not started yet.
     pub fn with_lw(lw: impl ListerWatcher<ConfigMap>, reflector: ReflectorConfig) -> Self {
-        let informer = SharedIndexInformer::new(lw, InformerConfig::default().reflector(reflector));
+        Self::with_config(lw, InformerConfig::default().reflector(reflector))
+    }
+
+    /// The informer over any lister-watcher with any options; not started yet.
+    pub fn with_config(lw: impl ListerWatcher<ConfigMap>, config: InformerConfig) -> Self {
+        let informer = SharedIndexInformer::new(lw, config);
         let errors = Arc::new(Mutex::new(Vec::new()));
         let errs = errors.clone();
         informer
