@@ -31,14 +31,14 @@ pub(crate) fn cm(ns: &str, name: &str, rv: &str) -> ConfigMap {
 }
 
 pub(crate) fn page(rv: &str, cont: Option<&str>, items: Vec<ConfigMap>) -> ListPage<ConfigMap> {
-    ListPage {
-        metadata: ListMeta {
+    ListPage::new(
+        ListMeta {
             resource_version: Some(rv.into()),
             continue_: cont.map(str::to_owned),
             ..Default::default()
         },
         items,
-    }
+    )
 }
 
 pub(crate) fn api_error(code: u16, reason: &str, message: &str) -> ListWatchError {

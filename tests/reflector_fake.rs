@@ -552,3 +552,65 @@ async fn server_restart_is_survived_without_losing_events() {
     assert!(!h.errors().is_empty());
     h.stop().await;
 }
+
+#[tokio::test]
+async fn undecodable_objects_are_reported_and_left_out_without_a_retry_loop() {
+    let s = server_with(3).await;
+    let bad = |name: &str, value: serde_json::Value| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default"},
+            "data": value,
+        })
+    };
+    // One in the initial list...
+    s.create_value(bad("bad-listed", serde_json::json!("not a map")))
+        .unwrap();
+    let mut h = Harness::new(&s, fast_reflector());
+    h.start_synced().await;
+    assert!(
+        h.informer
+            .indexer()
+            .get_by_key("default/bad-listed")
+            .is_none()
+    );
+    // ...and a cached object modified into something undecodable on the watch.
+    s.update_value(bad("cm-00000", serde_json::json!([1, 2])))
+        .unwrap();
+    s.create(&cm("default", "after-bad", "1")).unwrap();
+    eventually("the good object after the bad one", LONG, || {
+        h.informer
+            .indexer()
+            .get_by_key("default/after-bad")
+            .is_none()
+            .then(|| "not yet".to_owned())
+    })
+    .await;
+    assert!(
+        h.informer
+            .indexer()
+            .get_by_key("default/cm-00000")
+            .is_none(),
+        "a cached object whose new version does not decode is removed, not left stale"
+    );
+    let errors = h.errors();
+    assert_eq!(
+        errors
+            .iter()
+            .filter(|e| e.contains("does not decode"))
+            .count(),
+        2,
+        "each reported once: {errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("default/bad-listed")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("default/cm-00000")),
+        "{errors:?}"
+    );
+    assert_eq!(lists(&s).len(), 1, "no relist");
+    assert_eq!(watches(&s).len(), 1, "no re-watch: the watch moved past it");
+    h.stop().await;
+}

@@ -95,19 +95,21 @@ pub fn watch_stream(data: &[u8]) {
 /// Decodes `data` as a list of `Pod`s, `DynamicObject`s and `PartialObjectMeta<Pod>`s.
 ///
 /// Invariant: a body that decodes is JSON (up to strings in skipped fields) whose `items` (absent or `null` meaning none) has as
-/// many elements as were decoded and whose `metadata.resourceVersion` is the one reported.
+/// many elements as were decoded or reported undecodable and whose `metadata.resourceVersion` is the one reported.
 pub fn list_decode(data: &[u8]) {
     check_list(
         data,
-        decode_list::<Pod>(data).map(|p| (p.items.len(), p.metadata)),
+        decode_list::<Pod>(data).map(|p| (p.items.len() + p.undecodable.len(), p.metadata)),
     );
     check_list(
         data,
-        decode_list::<DynamicObject>(data).map(|p| (p.items.len(), p.metadata)),
+        decode_list::<DynamicObject>(data)
+            .map(|p| (p.items.len() + p.undecodable.len(), p.metadata)),
     );
     check_list(
         data,
-        decode_list::<PartialObjectMeta<Pod>>(data).map(|p| (p.items.len(), p.metadata)),
+        decode_list::<PartialObjectMeta<Pod>>(data)
+            .map(|p| (p.items.len() + p.undecodable.len(), p.metadata)),
     );
 }
 

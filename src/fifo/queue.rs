@@ -249,6 +249,38 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         Ok(())
     }
 
+    /// Queues a [`DeltaType::Deleted`] tombstone for `key` whose current state cannot be
+    /// represented (the server sent a version that does not decode). The tombstone carries the
+    /// newest queued object, or else the known one; with neither, nothing is queued.
+    pub fn delete_final_state_unknown(&self, key: &ObjectKey) {
+        let queued = {
+            let mut state = self.state.lock();
+            state.populated = true;
+            let newest = state
+                .items
+                .get(key)
+                .and_then(|deltas| deltas.last())
+                .map(|d| Arc::clone(d.object.object()));
+            match newest.or_else(|| self.known.as_ref().and_then(|k| k.get_by_key(key))) {
+                Some(obj) => {
+                    let tombstone = DeletedFinalStateUnknown {
+                        key: key.clone(),
+                        obj,
+                    };
+                    state.queue_action(
+                        key.clone(),
+                        DeltaType::Deleted,
+                        DeltaObject::DeletedFinalStateUnknown(tombstone),
+                    )
+                }
+                None => false,
+            }
+        };
+        if queued {
+            self.wake.notify_one();
+        }
+    }
+
     /// Replaces the FIFO's view with a full list (client-go `DeltaFIFO.Replace` with
     /// `EmitDeltaTypeReplaced`): every listed object gets a [`DeltaType::Replaced`] delta; a queued
     /// key missing from the list gets a [`DeltaType::Deleted`] tombstone carrying its newest queued
@@ -594,6 +626,32 @@ mod tests {
             pop_now(&fifo).unwrap().1,
             [s(DeltaType::Deleted, "2", false)]
         );
+    }
+
+    #[test]
+    fn delete_final_state_unknown_tombstones_the_newest_queued_or_known_object() {
+        let (_store, fifo) = known_store(&[cm("a", "1")]);
+        let key = ObjectKey::parse("ns/a").unwrap();
+        // Known only: the tombstone carries the known object.
+        fifo.delete_final_state_unknown(&key);
+        assert_eq!(
+            pop_now(&fifo).unwrap().1,
+            [s(DeltaType::Deleted, "1", true)]
+        );
+        // Queued: the tombstone carries the newest queued object.
+        fifo.update(cm("a", "2")).unwrap();
+        fifo.delete_final_state_unknown(&key);
+        assert_eq!(
+            pop_now(&fifo).unwrap().1,
+            [
+                s(DeltaType::Updated, "2", false),
+                s(DeltaType::Deleted, "2", true)
+            ]
+        );
+        // Neither queued nor known: nothing.
+        let unknown = ObjectKey::parse("ns/nobody").unwrap();
+        fifo.delete_final_state_unknown(&unknown);
+        assert!(fifo.is_empty());
     }
 
     #[test]

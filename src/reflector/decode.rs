@@ -25,6 +25,102 @@ pub struct ListPage<K> {
     pub metadata: ListMeta,
     /// The objects.
     pub items: Vec<K>,
+    /// Items of a well-formed list that do not decode as `K` (for example a custom resource
+    /// written under a newer schema): left out of `items`, so one bad object cannot keep a whole
+    /// informer from syncing; the reflector reports each.
+    pub undecodable: Vec<UndecodableObject>,
+}
+
+impl<K> ListPage<K> {
+    /// A page of `items` with the given list metadata.
+    pub fn new(metadata: ListMeta, items: Vec<K>) -> Self {
+        Self {
+            metadata,
+            items,
+            undecodable: Vec::new(),
+        }
+    }
+}
+
+/// An object the server sent that does not decode as the informer's type: what could be read of
+/// it (never its contents), and why.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{} object {} at resourceVersion {} does not decode: {error}",
+    if event_type.is_empty() { "listed" } else { event_type.as_str() },
+    key.as_ref().map_or("<unnamed>", |k| k.as_str()),
+    resource_version.as_deref().unwrap_or("?")
+)]
+pub struct UndecodableObject {
+    /// The watch event type (`ADDED`, `MODIFIED`, `DELETED`), empty for a list item.
+    pub event_type: String,
+    /// The object's key, when its metadata could be read.
+    pub key: Option<crate::store::ObjectKey>,
+    /// The object's resourceVersion, when its metadata could be read.
+    pub resource_version: Option<String>,
+    /// The decoding error (redacted: it never quotes the object).
+    pub error: DecodeError,
+}
+
+/// The parts of an object that identify it, read leniently.
+#[derive(Deserialize, Default)]
+struct PeekObject {
+    #[serde(default)]
+    metadata: PeekMeta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct PeekMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    resource_version: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct PeekEvent {
+    #[serde(rename = "type")]
+    event_type: String,
+    #[serde(default)]
+    object: PeekObject,
+}
+
+impl PeekObject {
+    fn into_undecodable(self, event_type: String, error: DecodeError) -> UndecodableObject {
+        let m = self.metadata;
+        let key = m
+            .name
+            .as_deref()
+            .and_then(|n| crate::store::ObjectKey::new(m.namespace.as_deref(), n).ok());
+        UndecodableObject {
+            event_type,
+            key,
+            resource_version: m.resource_version,
+            error,
+        }
+    }
+}
+
+/// After `decode_watch_event` failed: is the line a well-formed event whose object merely does
+/// not fit `K`? Then the watch can skip it instead of failing.
+pub(crate) fn undecodable_event(
+    line: &[u8],
+    error: DecodeError,
+) -> Result<UndecodableObject, DecodeError> {
+    match serde_json::from_slice::<PeekEvent>(line) {
+        Ok(ev) if matches!(ev.event_type.as_str(), "ADDED" | "MODIFIED" | "DELETED") => {
+            let u = ev.object.into_undecodable(ev.event_type, error);
+            if u.resource_version.is_some() {
+                Ok(u)
+            } else {
+                Err(u.error)
+            }
+        }
+        _ => Err(error),
+    }
 }
 
 impl<'de, K: Deserialize<'de>> Deserialize<'de> for ListPage<K> {
@@ -52,6 +148,7 @@ impl<'de, K: Deserialize<'de>> Deserialize<'de> for ListPage<K> {
                 Ok(ListPage {
                     metadata: metadata.unwrap_or_default(),
                     items: items.unwrap_or_default(),
+                    undecodable: Vec::new(),
                 })
             }
         }
@@ -179,11 +276,38 @@ fn redacted(e: &serde_json::Error) -> String {
 /// # Errors
 ///
 /// [`DecodeError`] when the bytes are not a JSON list of `K`.
+///
+/// One pass straight into `K`; only when that fails is the body read again item by item, so that
+/// the items that do decode are kept and the others reported in
+/// [`ListPage::undecodable`].
 pub fn decode_list<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
-    serde_json::from_slice(body).map_err(|error| DecodeError {
-        what: "list",
-        error,
-    })
+    let error = match serde_json::from_slice(body) {
+        Ok(page) => return Ok(page),
+        Err(error) => DecodeError {
+            what: "list",
+            error,
+        },
+    };
+    let Ok(raw) = serde_json::from_slice::<ListPage<serde_json::Value>>(body) else {
+        return Err(error);
+    };
+    let mut page = ListPage::new(raw.metadata, Vec::with_capacity(raw.items.len()));
+    for item in raw.items {
+        match K::deserialize(&item) {
+            Ok(obj) => page.items.push(obj),
+            Err(error) => {
+                let peek = PeekObject::deserialize(&item).unwrap_or_default();
+                page.undecodable.push(peek.into_undecodable(
+                    String::new(),
+                    DecodeError {
+                        what: "list item",
+                        error,
+                    },
+                ));
+            }
+        }
+    }
+    Ok(page)
 }
 
 /// One event of a watch stream.
@@ -554,5 +678,38 @@ mod tests {
             );
             assert_eq!(f.pending(), b"{\"d\"");
         }
+    }
+
+    #[test]
+    fn list_keeps_decodable_items_and_reports_the_others() {
+        let body = br#"{"metadata":{"resourceVersion":"9"},"items":[
+            {"metadata":{"name":"a","namespace":"n","resourceVersion":"3"},"data":{"k":"v"}},
+            {"metadata":{"name":"b","namespace":"n","resourceVersion":"4"},"data":"not a map"},
+            {"metadata":{"name":"c","namespace":"n","resourceVersion":"5"}}]}"#;
+        let page = decode_list::<ConfigMap>(body).unwrap();
+        let names: Vec<_> = page
+            .items
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "c"]);
+        assert_eq!(page.undecodable.len(), 1);
+        let u = &page.undecodable[0];
+        assert_eq!(u.key.as_ref().map(|k| k.as_str()), Some("n/b"));
+        assert_eq!(u.resource_version.as_deref(), Some("4"));
+        assert!(!u.to_string().contains("not a map"), "{u}");
+    }
+
+    #[test]
+    fn well_formed_event_with_an_undecodable_object_is_identified() {
+        let line = br#"{"type":"MODIFIED","object":{"metadata":{"name":"b","namespace":"n","resourceVersion":"12"},"data":7}}"#;
+        let err = decode_watch_event::<ConfigMap>(line).unwrap_err();
+        let u = undecodable_event(line, err).unwrap();
+        assert_eq!(u.event_type, "MODIFIED");
+        assert_eq!(u.key.unwrap().as_str(), "n/b");
+        assert_eq!(u.resource_version.as_deref(), Some("12"));
+        // Not an event at all: stays a plain decode error.
+        let err = decode_watch_event::<ConfigMap>(b"garbage").unwrap_err();
+        assert!(undecodable_event(b"garbage", err).is_err());
     }
 }

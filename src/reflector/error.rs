@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use kube::core::Status;
 
-use super::decode::DecodeError;
+use super::decode::{DecodeError, UndecodableObject};
 use crate::fifo::FifoError;
 
 /// An error from one list or watch call of a [`ListerWatcher`](super::ListerWatcher).
@@ -19,6 +19,10 @@ pub enum ListWatchError {
     /// A list body or watch line could not be decoded.
     #[error(transparent)]
     Decode(#[from] DecodeError),
+    /// The server sent a well-formed event or list item whose object does not decode as the
+    /// informer's type; the reflector skips it (see [`UndecodableObject`]).
+    #[error(transparent)]
+    Undecodable(Box<UndecodableObject>),
     /// The watch stream broke while being read.
     #[error("watch stream broke: {0}")]
     Stream(#[source] kube::Error),

@@ -13,7 +13,9 @@ use kube::{
 use serde::de::DeserializeOwned;
 
 use super::{
-    decode::{LineFramer, ListPage, WatchEvent, decode_list, decode_watch_event},
+    decode::{
+        LineFramer, ListPage, WatchEvent, decode_list, decode_watch_event, undecodable_event,
+    },
     error::ListWatchError,
 };
 
@@ -302,7 +304,10 @@ where
     futures::stream::unfold(state, |mut st| async move {
         loop {
             if let Some(line) = st.lines.pop_front() {
-                let ev = decode_watch_event::<K>(&line).map_err(ListWatchError::from);
+                let ev = decode_watch_event::<K>(&line).map_err(|e| match undecodable_event(&line, e) {
+                    Ok(u) => ListWatchError::Undecodable(Box::new(u)),
+                    Err(e) => ListWatchError::Decode(e),
+                });
                 return Some((ev, st));
             }
             if st.done {

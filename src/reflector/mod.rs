@@ -23,6 +23,11 @@
 //!   that refuses it is listed and watched instead.
 //! - Every error reaches the watch-error handler (by default a `tracing` warning); none ends the
 //!   reflector.
+//! - An object that does not decode as `K` (a well-formed event or list item, e.g. a custom
+//!   resource written under a newer schema) is reported with its key and resourceVersion and left
+//!   out: a cached version of it is removed with a `DeletedFinalStateUnknown` tombstone, and the
+//!   watch moves past it. A line that is not a watch event at all ends the watch, which resumes
+//!   from the last resourceVersion.
 
 mod backoff;
 pub mod decode;
@@ -38,7 +43,7 @@ use tokio::time::Instant;
 
 use backoff::Backoff;
 pub use backoff::BackoffConfig;
-pub use decode::{ListPage, WatchEvent};
+pub use decode::{ListPage, UndecodableObject, WatchEvent};
 pub use error::{Error, ListWatchError};
 pub use listwatch::{ApiListerWatcher, ListOptions, ListerWatcher, WatchOptions, WatchStream};
 
@@ -448,11 +453,19 @@ where
                             ..Default::default()
                         })
                         .await?;
+                    for u in page.undecodable {
+                        self.report(&Error::List(ListWatchError::Undecodable(Box::new(u))));
+                    }
                     let rv = page.metadata.resource_version.unwrap_or_default();
                     return Ok((page.items, rv));
                 }
                 Err(e) => return Err(e),
             };
+            for u in page.undecodable {
+                // Left out of the list: a cached version of it is then removed by the
+                // replace's tombstone, so the cache holds only objects that decode.
+                self.report(&Error::List(ListWatchError::Undecodable(Box::new(u))));
+            }
             let cont = page.metadata.continue_.filter(|c| !c.is_empty());
             if first && first_at_zero && cont.is_some() {
                 // The server paginated a list at "0": it has no watch cache for this
@@ -505,6 +518,13 @@ where
                         ),
                     ))));
                 }
+                Ok(Some(Err(ListWatchError::Undecodable(u)))) => {
+                    if let Some(k) = &u.key {
+                        initial.remove(k);
+                    }
+                    self.report(&Error::WatchList(ListWatchError::Undecodable(u)));
+                    continue;
+                }
                 Ok(Some(Err(e))) => return Err(Error::WatchList(e)),
                 Ok(Some(Ok(ev))) => ev,
             };
@@ -542,6 +562,19 @@ where
         }
     }
 
+    /// A watch event whose object does not decode as `K`: report it, drop any cached version
+    /// of the object (a tombstone: its current state cannot be represented, and a relist would
+    /// leave it out the same way), and move past it. Re-watching would only fetch it again,
+    /// forever; client-go relists, which loops the same way while the object exists.
+    fn skip_undecodable(&mut self, u: UndecodableObject) {
+        if let Some(key) = &u.key {
+            self.fifo.delete_final_state_unknown(key);
+        }
+        let rv = u.resource_version.clone().unwrap_or_default();
+        self.report(&Error::Watch(ListWatchError::Undecodable(Box::new(u))));
+        self.set_last_rv(&rv);
+    }
+
     /// Applies one watch's events to the FIFO until it ends (client-go `handleWatch`).
     async fn handle_watch(
         &mut self,
@@ -560,6 +593,11 @@ where
                         return Err(Error::VeryShortWatch(lasted));
                     }
                     return Ok(());
+                }
+                Ok(Some(Err(ListWatchError::Undecodable(u)))) => {
+                    events += 1;
+                    self.skip_undecodable(*u);
+                    continue;
                 }
                 Ok(Some(Err(e))) => return Err(Error::Watch(e)),
                 Ok(Some(Ok(ev))) => ev,

@@ -631,3 +631,55 @@ async fn run_stops_when_shutdown_completes() {
         .expect("reflector did not stop: likely deadlocked")
         .unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn undecodable_object_is_reported_tombstoned_and_skipped_without_rewatch() {
+    let lw = MockLw::new();
+    let line = br#"{"type":"MODIFIED","object":{"metadata":{"name":"a","namespace":"ns","resourceVersion":"12"},"data":7}}"#;
+    let err = crate::reflector::decode::decode_watch_event::<ConfigMap>(line).unwrap_err();
+    let u = crate::reflector::decode::undecodable_event(line, err).unwrap();
+    lw.list(Ok(page("10", None, vec![])))
+        .watch(WatchScript::EventsThenHang(vec![
+            Ok(WatchEvent::Added(cm("ns", "a", "11"))),
+            Err(ListWatchError::Undecodable(Box::new(u))),
+            Ok(WatchEvent::Added(cm("ns", "b", "13"))),
+        ]));
+    let r = start(&lw, no_jitter());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        lw.requests().len(),
+        2,
+        "one list, one watch: no re-watch, no relist"
+    );
+    assert_eq!(r.status.last_sync_resource_version(), "13");
+    assert_eq!(r.errors.lock().len(), 1);
+    assert!(r.errors.lock()[0].contains("ns/a"), "{:?}", r.errors.lock());
+    let mut queued = drain(&r.fifo).await;
+    queued.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        queued,
+        vec![
+            ("ns/a".into(), vec![DeltaType::Added, DeltaType::Deleted]),
+            ("ns/b".into(), vec![DeltaType::Added]),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn undecodable_list_items_are_reported_and_left_out() {
+    let lw = MockLw::new();
+    let body = br#"{"metadata":{"resourceVersion":"9"},"items":[
+        {"metadata":{"name":"a","namespace":"ns","resourceVersion":"3"}},
+        {"metadata":{"name":"b","namespace":"ns","resourceVersion":"4"},"data":[1]}]}"#;
+    lw.list(Ok(
+        crate::reflector::decode::decode_list::<ConfigMap>(body).unwrap()
+    ));
+    let r = start(&lw, no_jitter());
+    lw.wait_for("a watch", |rs| rs.iter().any(is_watch)).await;
+    assert_eq!(r.errors.lock().len(), 1);
+    assert!(r.errors.lock()[0].contains("ns/b"), "{:?}", r.errors.lock());
+    assert_eq!(
+        drain(&r.fifo).await,
+        vec![("ns/a".into(), vec![DeltaType::Replaced])]
+    );
+}
