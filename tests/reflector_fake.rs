@@ -614,3 +614,39 @@ async fn undecodable_objects_are_reported_and_left_out_without_a_retry_loop() {
     assert_eq!(watches(&s).len(), 1, "no re-watch: the watch moved past it");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn relist_keeps_the_cached_object_of_every_unchanged_item() {
+    let s = server_with(5).await;
+    let mut h = Harness::new(&s, fast_reflector());
+    h.start_synced().await;
+    let before = |name: &str| {
+        h.informer
+            .indexer()
+            .get_by_key(&format!("default/{name}"))
+            .unwrap()
+    };
+    let unchanged = before("cm-00001");
+    let changed_before = before("cm-00002");
+    wait_for_watches(&s, 1).await;
+    // While the informer is cut off, one object changes and the history is compacted, so its
+    // re-watch gets 410 and it relists.
+    s.faults().stall_watches();
+    let mut c = (*changed_before).clone();
+    c.data = Some([("v".to_owned(), "new".to_owned())].into());
+    c.metadata.resource_version = None;
+    s.update(&c).unwrap();
+    s.compact(s.current_resource_version());
+    s.faults().unstall_watches();
+    s.faults().drop_all_watches();
+    assert_converges("after relist", &h.informer, &s).await;
+    assert!(lists(&s).len() >= 2, "relisted");
+    let after = h.informer.indexer().get_by_key("default/cm-00001").unwrap();
+    assert!(
+        Arc::ptr_eq(&unchanged, &after),
+        "the unchanged object is the very same Arc"
+    );
+    let changed_after = h.informer.indexer().get_by_key("default/cm-00002").unwrap();
+    assert!(!Arc::ptr_eq(&changed_before, &changed_after));
+    h.stop().await;
+}

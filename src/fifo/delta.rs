@@ -112,3 +112,14 @@ pub(super) fn dedup_trailing_deletes<K>(deltas: &mut Deltas<K>) {
         deltas.pop();
     }
 }
+
+/// One item of a full list handed to [`DeltaFifo::replace_items`](super::DeltaFifo::replace_items):
+/// freshly decoded, or the cached object it is identical to.
+#[derive(Debug)]
+pub enum ListItem<K> {
+    /// A new or changed object.
+    Decoded(K),
+    /// The listed version is the one already cached (same resourceVersion): the cached `Arc`;
+    /// the decoded copy was dropped as soon as it was read.
+    Cached(Arc<K>),
+}

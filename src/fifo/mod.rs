@@ -7,5 +7,5 @@
 mod delta;
 mod queue;
 
-pub use delta::{DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas};
+pub use delta::{DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, ListItem};
 pub use queue::{DeltaFifo, FifoError, KnownObjects, TransformFn};

@@ -12,7 +12,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::delta::{
-    DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, dedup_trailing_deletes,
+    DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, ListItem,
+    dedup_trailing_deletes,
 };
 use crate::store::{Indexer, KeyError, ObjectKey, key_of};
 
@@ -249,6 +250,11 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         Ok(())
     }
 
+    /// The consumer's object for `key` (from the known objects the FIFO was built with).
+    pub fn known_object(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        self.known.as_ref().and_then(|k| k.get_by_key(key))
+    }
+
     /// Queues a [`DeltaType::Deleted`] tombstone for `key` whose current state cannot be
     /// represented (the server sent a version that does not decode). The tombstone carries the
     /// newest queued object, or else the known one; with neither, nothing is queued.
@@ -293,8 +299,38 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     /// [`FifoError::Key`] if any object has no valid key; every key is checked before anything
     /// changes, so the FIFO is then unchanged.
     pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), FifoError> {
-        let keys = list.iter().map(key_of).collect::<Result<Vec<_>, _>>()?;
-        let objs: Vec<Arc<K>> = list.into_iter().map(|obj| self.transformed(obj)).collect();
+        self.replace_items(
+            list.into_iter().map(ListItem::Decoded).collect(),
+            resource_version,
+        )
+    }
+
+    /// [`replace`](Self::replace) with items that may be cached objects already (the reflector's
+    /// relist hands over the cached `Arc` of every unchanged object): those are queued as they
+    /// are, without the transform, which they went through when first cached.
+    ///
+    /// # Errors
+    ///
+    /// As [`replace`](Self::replace).
+    pub fn replace_items(
+        &self,
+        list: Vec<ListItem<K>>,
+        resource_version: &str,
+    ) -> Result<(), FifoError> {
+        let keys = list
+            .iter()
+            .map(|item| match item {
+                ListItem::Decoded(obj) => key_of(obj),
+                ListItem::Cached(obj) => key_of(&**obj),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let objs: Vec<Arc<K>> = list
+            .into_iter()
+            .map(|item| match item {
+                ListItem::Decoded(obj) => self.transformed(obj),
+                ListItem::Cached(obj) => obj,
+            })
+            .collect();
         let mut listed: HashSet<ObjectKey> = HashSet::with_capacity(keys.len());
         let mut newly_queued = false;
         {

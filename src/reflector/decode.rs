@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::core::Status;
 use serde::{
     Deserialize, Deserializer,
-    de::{self, DeserializeOwned, IgnoredAny, MapAccess, Visitor},
+    de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor},
 };
 
 /// The annotation on the bookmark that ends a streaming initial list (KEP-3157).
@@ -275,18 +275,40 @@ fn redacted(e: &serde_json::Error) -> String {
 ///
 /// # Errors
 ///
-/// [`DecodeError`] when the bytes are not a JSON list of `K`.
+/// [`DecodeError`] when the bytes are not a JSON list.
 ///
 /// One pass straight into `K`; only when that fails is the body read again item by item, so that
 /// the items that do decode are kept and the others reported in
 /// [`ListPage::undecodable`].
 pub fn decode_list<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
-    let error = match serde_json::from_slice(body) {
-        Ok(page) => return Ok(page),
-        Err(error) => DecodeError {
-            what: "list",
-            error,
-        },
+    decode_list_map(body, &mut |k| k)
+}
+
+/// Decodes a list body like [`decode_list`], handing each item to `map` as soon as it is
+/// decoded, so a caller can drop what it does not need before the next item is decoded. A relist
+/// of a large, mostly unchanged collection then peaks at the cache plus what changed, instead of
+/// the cache plus a second full copy.
+///
+/// # Errors
+///
+/// As [`decode_list`].
+pub fn decode_list_map<K: DeserializeOwned, T>(
+    body: &[u8],
+    map: &mut dyn FnMut(K) -> T,
+) -> Result<ListPage<T>, DecodeError> {
+    let error = {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let seed = PageSeed { map: &mut *map };
+        match seed.deserialize(&mut de).and_then(|page| {
+            de.end()?;
+            Ok(page)
+        }) {
+            Ok(page) => return Ok(page),
+            Err(error) => DecodeError {
+                what: "list",
+                error,
+            },
+        }
     };
     let Ok(raw) = serde_json::from_slice::<ListPage<serde_json::Value>>(body) else {
         return Err(error);
@@ -294,7 +316,7 @@ pub fn decode_list<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, Deco
     let mut page = ListPage::new(raw.metadata, Vec::with_capacity(raw.items.len()));
     for item in raw.items {
         match K::deserialize(&item) {
-            Ok(obj) => page.items.push(obj),
+            Ok(obj) => page.items.push(map(obj)),
             Err(error) => {
                 let peek = PeekObject::deserialize(&item).unwrap_or_default();
                 page.undecodable.push(peek.into_undecodable(
@@ -308,6 +330,82 @@ pub fn decode_list<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, Deco
         }
     }
     Ok(page)
+}
+
+/// Decodes a list page, mapping each item as it is decoded.
+struct PageSeed<'m, K, T> {
+    map: &'m mut dyn FnMut(K) -> T,
+}
+
+impl<'de, K: DeserializeOwned, T> de::DeserializeSeed<'de> for PageSeed<'_, K, T> {
+    type Value = ListPage<T>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, K: DeserializeOwned, T> Visitor<'de> for PageSeed<'_, K, T> {
+    type Value = ListPage<T>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Kubernetes list object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut metadata = None;
+        let mut items = Vec::new();
+        while let Some(key) = map.next_key::<FieldName>()? {
+            match key {
+                FieldName::Metadata => metadata = Some(map.next_value()?),
+                FieldName::Items => {
+                    map.next_value_seed(ItemsSeed {
+                        map: &mut *self.map,
+                        out: &mut items,
+                    })?;
+                }
+                FieldName::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(ListPage::new(metadata.unwrap_or_default(), items))
+    }
+}
+
+/// The `items` array (or `null`), mapped element by element.
+struct ItemsSeed<'m, 'o, K, T> {
+    map: &'m mut dyn FnMut(K) -> T,
+    out: &'o mut Vec<T>,
+}
+
+impl<'de, K: DeserializeOwned, T> de::DeserializeSeed<'de> for ItemsSeed<'_, '_, K, T> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_option(self)
+    }
+}
+
+impl<'de, K: DeserializeOwned, T> Visitor<'de> for ItemsSeed<'_, '_, K, T> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of objects or null")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        if let Some(n) = seq.size_hint() {
+            self.out.reserve(n);
+        }
+        while let Some(item) = seq.next_element::<K>()? {
+            self.out.push((self.map)(item));
+        }
+        Ok(())
+    }
 }
 
 /// One event of a watch stream.
@@ -711,5 +809,28 @@ mod tests {
         // Not an event at all: stays a plain decode error.
         let err = decode_watch_event::<ConfigMap>(b"garbage").unwrap_err();
         assert!(undecodable_event(b"garbage", err).is_err());
+    }
+
+    #[test]
+    fn list_items_are_mapped_one_by_one_as_they_are_decoded() {
+        let body = br#"{"metadata":{"resourceVersion":"9"},"items":[
+            {"metadata":{"name":"a"}},{"metadata":{"name":"b"}},{"metadata":{"name":"c"}}]}"#;
+        let mut calls = 0;
+        let page = decode_list_map::<ConfigMap, String>(body, &mut |cm| {
+            calls += 1;
+            cm.metadata.name.unwrap()
+        })
+        .unwrap();
+        assert_eq!(calls, 3);
+        assert_eq!(page.items, ["a", "b", "c"]);
+        assert!(
+            decode_list_map::<ConfigMap, ()>(br#"{"items":null}"#, &mut |_| ())
+                .unwrap()
+                .items
+                .is_empty()
+        );
+        assert!(
+            decode_list_map::<ConfigMap, ()>(br#"{"items":[]} trailing"#, &mut |_| ()).is_err()
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The list/watch abstraction the reflector drives, and its implementation over `kube::Client`.
 
-use std::{fmt, marker::PhantomData};
+use std::{fmt, marker::PhantomData, sync::Arc};
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt, future::BoxFuture, stream::BoxStream};
@@ -12,9 +12,12 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
+use crate::fifo::ListItem;
+
 use super::{
     decode::{
-        LineFramer, ListPage, WatchEvent, decode_list, decode_watch_event, undecodable_event,
+        LineFramer, ListPage, WatchEvent, decode_list, decode_list_map, decode_watch_event,
+        undecodable_event,
     },
     error::ListWatchError,
 };
@@ -57,9 +60,45 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// One list request (one page when `limit` is set).
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>>;
 
+    /// One list request whose items are offered to `reuse` as they are decoded: when it returns
+    /// the cached object (same resourceVersion), the decoded copy is dropped at once. The
+    /// reflector relists through this, so memory peaks at the cache plus what changed.
+    ///
+    /// The default calls [`list`](Self::list) and maps the finished page; implementations that
+    /// decode incrementally (as [`ApiListerWatcher`] does) should override it.
+    fn list_reusing<'a>(
+        &'a self,
+        options: ListOptions,
+        reuse: Reuse<'a, K>,
+    ) -> BoxFuture<'a, Result<ListPage<ListItem<K>>, ListWatchError>>
+    where
+        K: Send + 'a,
+    {
+        async move {
+            let page = self.list(options).await?;
+            let mut map = reuse_map(reuse);
+            Ok(ListPage {
+                metadata: page.metadata,
+                items: page.items.into_iter().map(&mut map).collect(),
+                undecodable: page.undecodable,
+            })
+        }
+        .boxed()
+    }
+
     /// Starts a watch; resolves once the server has accepted it.
     fn watch(&self, options: WatchOptions)
     -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>>;
+}
+
+/// Looks up the cached object identical to a listed one (same key and resourceVersion).
+pub type Reuse<'a, K> = &'a (dyn Fn(&K) -> Option<Arc<K>> + Send + Sync);
+
+fn reuse_map<'a, K>(reuse: Reuse<'a, K>) -> impl FnMut(K) -> ListItem<K> + 'a {
+    move |k| match reuse(&k) {
+        Some(cached) => ListItem::Cached(cached),
+        None => ListItem::Decoded(k),
+    }
 }
 
 /// [`ListerWatcher`] over a `kube::Client`, for typed resources (every `k8s-openapi` type and
@@ -195,6 +234,37 @@ impl<K> ApiListerWatcher<K> {
             .map_err(|e| ListWatchError::Request(kube::Error::HttpError(e)))
     }
 
+    /// Sends one list request and collects its body.
+    async fn fetch_list(&self, options: &ListOptions) -> Result<Bytes, ListWatchError> {
+        let mut q = self.query(false);
+        if let Some(limit) = options.limit {
+            q.pair("limit", &limit.to_string());
+        }
+        match &options.continue_token {
+            // The server refuses a resourceVersion together with a continue token.
+            Some(c) => q.pair("continue", c),
+            None => {
+                if !options.resource_version.is_empty() {
+                    q.pair("resourceVersion", &options.resource_version);
+                }
+                match options.resource_version_match {
+                    Some(VersionMatch::NotOlderThan) => {
+                        q.pair("resourceVersionMatch", "NotOlderThan")
+                    }
+                    Some(VersionMatch::Exact) => q.pair("resourceVersionMatch", "Exact"),
+                    None => {}
+                }
+            }
+        }
+        let res = self.send(self.request(q.finish(), false)?).await?;
+        Ok(res
+            .into_body()
+            .collect()
+            .await
+            .map_err(ListWatchError::Request)?
+            .to_bytes())
+    }
+
     async fn send(
         &self,
         req: http::Request<kube::client::Body>,
@@ -224,34 +294,24 @@ where
 {
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         async move {
-            let mut q = self.query(false);
-            if let Some(limit) = options.limit {
-                q.pair("limit", &limit.to_string());
-            }
-            match &options.continue_token {
-                // The server refuses a resourceVersion together with a continue token.
-                Some(c) => q.pair("continue", c),
-                None => {
-                    if !options.resource_version.is_empty() {
-                        q.pair("resourceVersion", &options.resource_version);
-                    }
-                    match options.resource_version_match {
-                        Some(VersionMatch::NotOlderThan) => {
-                            q.pair("resourceVersionMatch", "NotOlderThan")
-                        }
-                        Some(VersionMatch::Exact) => q.pair("resourceVersionMatch", "Exact"),
-                        None => {}
-                    }
-                }
-            }
-            let res = self.send(self.request(q.finish(), false)?).await?;
-            let body = res
-                .into_body()
-                .collect()
-                .await
-                .map_err(ListWatchError::Request)?
-                .to_bytes();
+            let body = self.fetch_list(&options).await?;
             Ok(decode_list::<K>(&body)?)
+        }
+        .boxed()
+    }
+
+    fn list_reusing<'a>(
+        &'a self,
+        options: ListOptions,
+        reuse: Reuse<'a, K>,
+    ) -> BoxFuture<'a, Result<ListPage<ListItem<K>>, ListWatchError>>
+    where
+        K: Send + 'a,
+    {
+        async move {
+            let body = self.fetch_list(&options).await?;
+            let mut map = reuse_map(reuse);
+            Ok(decode_list_map::<K, ListItem<K>>(&body, &mut map)?)
         }
         .boxed()
     }

@@ -45,7 +45,9 @@ use backoff::Backoff;
 pub use backoff::BackoffConfig;
 pub use decode::{ListPage, UndecodableObject, WatchEvent};
 pub use error::{Error, ListWatchError};
-pub use listwatch::{ApiListerWatcher, ListOptions, ListerWatcher, WatchOptions, WatchStream};
+pub use listwatch::{
+    ApiListerWatcher, ListOptions, ListerWatcher, Reuse, WatchOptions, WatchStream,
+};
 
 /// Internals reachable only for the fuzz targets in `fuzz/` and `tests/fuzz_decode.rs`; not part
 /// of the API and exempt from semver.
@@ -54,6 +56,7 @@ pub mod __fuzz {
     pub use super::listwatch::watch_event_stream;
 }
 
+pub use crate::fifo::ListItem;
 use crate::{
     fifo::DeltaFifo,
     store::{ObjectKey, key_of},
@@ -421,13 +424,28 @@ where
         };
         self.rv_unavailable = false;
         let n = items.len();
-        self.fifo.replace(items, &list_rv).map_err(Error::Store)?;
+        self.fifo
+            .replace_items(items, &list_rv)
+            .map_err(Error::Store)?;
         tracing::debug!(reflector = %self.name, items = n, resource_version = %list_rv, "listed");
         self.set_last_rv(&list_rv);
         Ok(())
     }
 
-    async fn list_at(&mut self, rv: String) -> Result<(Vec<K>, String), ListWatchError> {
+    async fn list_at(&mut self, rv: String) -> Result<(Vec<ListItem<K>>, String), ListWatchError> {
+        // Each listed object still cached at the same resourceVersion is swapped for the cached
+        // `Arc` as soon as it is decoded: a relist then costs the cache plus what changed, not
+        // a second copy of everything (and handlers see the very same object on the resync).
+        let fifo = self.fifo.clone();
+        let reuse = move |obj: &K| -> Option<Arc<K>> {
+            let rv = obj
+                .meta()
+                .resource_version
+                .as_deref()
+                .filter(|rv| !rv.is_empty())?;
+            let cached = fifo.known_object(&key_of(obj).ok()?)?;
+            (cached.meta().resource_version.as_deref() == Some(rv)).then_some(cached)
+        };
         let specific = !rv.is_empty() && rv != "0";
         let paginate = !specific || self.paginated_result;
         let first_at_zero = rv == "0";
@@ -440,19 +458,17 @@ where
         let mut items = Vec::new();
         let mut first = true;
         loop {
-            let page = match self.lw.list(options.clone()).await {
+            let page = match self.lw.list_reusing(options.clone(), &reuse).await {
                 Ok(p) => p,
                 Err(e) if e.is_expired() && options.continue_token.is_some() => {
                     // The snapshot the pages came from was compacted mid-list: one full list
                     // without a limit (client-go pager `FullListIfExpired`).
                     tracing::debug!(reflector = %self.name, "continue token expired; full list");
-                    let page = self
-                        .lw
-                        .list(ListOptions {
-                            resource_version: String::new(),
-                            ..Default::default()
-                        })
-                        .await?;
+                    let full = ListOptions {
+                        resource_version: String::new(),
+                        ..Default::default()
+                    };
+                    let page = self.lw.list_reusing(full, &reuse).await?;
                     for u in page.undecodable {
                         self.report(&Error::List(ListWatchError::Undecodable(Box::new(u))));
                     }

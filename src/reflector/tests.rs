@@ -683,3 +683,71 @@ async fn undecodable_list_items_are_reported_and_left_out() {
         vec![("ns/a".into(), vec![DeltaType::Replaced])]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn relist_reuses_cached_objects_whose_resource_version_is_unchanged() {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "6",
+        None,
+        vec![cm("ns", "a", "5"), cm("ns", "b", "6")],
+    )))
+    .watch(WatchScript::Events(vec![Ok(WatchEvent::Error(Box::new(
+        {
+            let mut s = kube::core::Status::failure("too old", "Expired");
+            s.code = 410;
+            s
+        },
+    )))]))
+    .list(Ok(page(
+        "20",
+        None,
+        vec![cm("ns", "a", "19"), cm("ns", "b", "6")],
+    )));
+    let indexer = crate::store::Indexer::<ConfigMap>::new();
+    let fifo = Arc::new(DeltaFifo::new(Some(Arc::new(indexer.clone()))));
+    let r = Reflector::new(lw.clone(), fifo.clone(), no_jitter());
+    let task = tokio::spawn(r.run(futures::future::pending()));
+    lw.wait_for("first watch", |rs| rs.iter().any(is_watch))
+        .await;
+    // Apply the first list as an informer would.
+    while !fifo.is_empty() {
+        fifo.pop(|deltas, _| {
+            indexer
+                .add(deltas.last().unwrap().object.object().clone())
+                .unwrap();
+        })
+        .await
+        .unwrap();
+    }
+    let cached_b = indexer.get_by_key("ns/b").unwrap();
+    let cached_a = indexer.get_by_key("ns/a").unwrap();
+    lw.wait_for("relist", |rs| rs.iter().filter(|r| is_list(r)).count() >= 2)
+        .await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut seen = Vec::new();
+    while !fifo.is_empty() {
+        let (key, obj) = fifo
+            .pop(|deltas, _| {
+                let d = deltas.last().unwrap();
+                (
+                    crate::key_of(&**d.object.object()).unwrap().to_string(),
+                    d.object.object().clone(),
+                )
+            })
+            .await
+            .unwrap();
+        seen.push(key.clone());
+        match key.as_str() {
+            "ns/b" => assert!(
+                Arc::ptr_eq(&obj, &cached_b),
+                "unchanged: the cached Arc is reused"
+            ),
+            "ns/a" => assert!(!Arc::ptr_eq(&obj, &cached_a), "changed: the new version"),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["ns/a", "ns/b"]);
+    task.abort();
+}
