@@ -113,13 +113,12 @@ pub(super) fn dedup_trailing_deletes<K>(deltas: &mut Deltas<K>) {
     }
 }
 
-/// One item of a full list handed to [`DeltaFifo::replace_items`](super::DeltaFifo::replace_items):
-/// freshly decoded, or the cached object it is identical to.
+/// One item of a full list handed to [`DeltaFifo::replace_items`](super::DeltaFifo::replace_items).
 #[derive(Debug)]
 pub enum ListItem<K> {
-    /// A new or changed object.
+    /// An object as decoded: the FIFO applies its transform.
     Decoded(K),
-    /// The listed version is the one already cached (same resourceVersion): the cached `Arc`;
-    /// the decoded copy was dropped as soon as it was read.
-    Cached(Arc<K>),
+    /// An object ready to queue as it is: transformed already, or the cached object itself when
+    /// the listed version is the one cached (same resourceVersion).
+    Ready(Arc<K>),
 }

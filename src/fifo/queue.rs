@@ -250,6 +250,12 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         Ok(())
     }
 
+    /// Applies the FIFO's transform and wraps the object as it would be queued, for producers
+    /// that prepare [`ListItem::Ready`] items themselves.
+    pub fn prepare_object(&self, obj: K) -> Arc<K> {
+        self.transformed(obj)
+    }
+
     /// The consumer's object for `key` (from the known objects the FIFO was built with).
     pub fn known_object(&self, key: &ObjectKey) -> Option<Arc<K>> {
         self.known.as_ref().and_then(|k| k.get_by_key(key))
@@ -305,9 +311,9 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         )
     }
 
-    /// [`replace`](Self::replace) with items that may be cached objects already (the reflector's
-    /// relist hands over the cached `Arc` of every unchanged object): those are queued as they
-    /// are, without the transform, which they went through when first cached.
+    /// [`replace`](Self::replace) with items that may be ready already: the reflector transforms
+    /// each listed object as soon as it is decoded, and hands over the cached `Arc` of every
+    /// unchanged one. [`ListItem::Ready`] items are queued as they are.
     ///
     /// # Errors
     ///
@@ -321,14 +327,14 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             .iter()
             .map(|item| match item {
                 ListItem::Decoded(obj) => key_of(obj),
-                ListItem::Cached(obj) => key_of(&**obj),
+                ListItem::Ready(obj) => key_of(&**obj),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let objs: Vec<Arc<K>> = list
             .into_iter()
             .map(|item| match item {
                 ListItem::Decoded(obj) => self.transformed(obj),
-                ListItem::Cached(obj) => obj,
+                ListItem::Ready(obj) => obj,
             })
             .collect();
         let mut listed: HashSet<ObjectKey> = HashSet::with_capacity(keys.len());

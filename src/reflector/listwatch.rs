@@ -1,6 +1,6 @@
 //! The list/watch abstraction the reflector drives, and its implementation over `kube::Client`.
 
-use std::{fmt, marker::PhantomData, sync::Arc};
+use std::{fmt, marker::PhantomData};
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt, future::BoxFuture, stream::BoxStream};
@@ -60,26 +60,27 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// One list request (one page when `limit` is set).
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>>;
 
-    /// One list request whose items are offered to `reuse` as they are decoded: when it returns
-    /// the cached object (same resourceVersion), the decoded copy is dropped at once. The
-    /// reflector relists through this, so memory peaks at the cache plus what changed.
+    /// One list request whose items are handed to `prepare` one by one as they are decoded. The
+    /// reflector lists through this: it transforms each object at once (so a transform that
+    /// drops fields lowers the peak, not just the steady state) and swaps an object still cached
+    /// at the same resourceVersion for the cached `Arc`, so a relist costs the cache plus what
+    /// changed rather than a second full copy.
     ///
     /// The default calls [`list`](Self::list) and maps the finished page; implementations that
     /// decode incrementally (as [`ApiListerWatcher`] does) should override it.
     fn list_reusing<'a>(
         &'a self,
         options: ListOptions,
-        reuse: Reuse<'a, K>,
+        prepare: Prepare<'a, K>,
     ) -> BoxFuture<'a, Result<ListPage<ListItem<K>>, ListWatchError>>
     where
         K: Send + 'a,
     {
         async move {
             let page = self.list(options).await?;
-            let mut map = reuse_map(reuse);
             Ok(ListPage {
                 metadata: page.metadata,
-                items: page.items.into_iter().map(&mut map).collect(),
+                items: page.items.into_iter().map(prepare).collect(),
                 undecodable: page.undecodable,
             })
         }
@@ -91,15 +92,9 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>>;
 }
 
-/// Looks up the cached object identical to a listed one (same key and resourceVersion).
-pub type Reuse<'a, K> = &'a (dyn Fn(&K) -> Option<Arc<K>> + Send + Sync);
-
-fn reuse_map<'a, K>(reuse: Reuse<'a, K>) -> impl FnMut(K) -> ListItem<K> + 'a {
-    move |k| match reuse(&k) {
-        Some(cached) => ListItem::Cached(cached),
-        None => ListItem::Decoded(k),
-    }
-}
+/// Turns each listed object, as soon as it is decoded, into what the FIFO will queue (see
+/// [`ListerWatcher::list_reusing`]).
+pub type Prepare<'a, K> = &'a (dyn Fn(K) -> ListItem<K> + Send + Sync);
 
 /// [`ListerWatcher`] over a `kube::Client`, for typed resources (every `k8s-openapi` type and
 /// `#[derive(CustomResource)]` types), [`DynamicObject`](kube::api::DynamicObject)s with an
@@ -303,15 +298,16 @@ where
     fn list_reusing<'a>(
         &'a self,
         options: ListOptions,
-        reuse: Reuse<'a, K>,
+        prepare: Prepare<'a, K>,
     ) -> BoxFuture<'a, Result<ListPage<ListItem<K>>, ListWatchError>>
     where
         K: Send + 'a,
     {
         async move {
             let body = self.fetch_list(&options).await?;
-            let mut map = reuse_map(reuse);
-            Ok(decode_list_map::<K, ListItem<K>>(&body, &mut map)?)
+            Ok(decode_list_map::<K, ListItem<K>>(&body, &mut |k| {
+                prepare(k)
+            })?)
         }
         .boxed()
     }

@@ -46,7 +46,7 @@ pub use backoff::BackoffConfig;
 pub use decode::{ListPage, UndecodableObject, WatchEvent};
 pub use error::{Error, ListWatchError};
 pub use listwatch::{
-    ApiListerWatcher, ListOptions, ListerWatcher, Reuse, WatchOptions, WatchStream,
+    ApiListerWatcher, ListOptions, ListerWatcher, Prepare, WatchOptions, WatchStream,
 };
 
 /// Internals reachable only for the fuzz targets in `fuzz/` and `tests/fuzz_decode.rs`; not part
@@ -433,18 +433,28 @@ where
     }
 
     async fn list_at(&mut self, rv: String) -> Result<(Vec<ListItem<K>>, String), ListWatchError> {
-        // Each listed object still cached at the same resourceVersion is swapped for the cached
-        // `Arc` as soon as it is decoded: a relist then costs the cache plus what changed, not
-        // a second copy of everything (and handlers see the very same object on the resync).
+        // Each listed object is made ready for the FIFO as soon as it is decoded: swapped for the
+        // cached `Arc` when the cache holds the same resourceVersion (a relist then costs the
+        // cache plus what changed, not a second copy of everything, and handlers see the very
+        // same object on the resync), else transformed at once (so a transform that drops
+        // fields lowers the peak too).
         let fifo = self.fifo.clone();
-        let reuse = move |obj: &K| -> Option<Arc<K>> {
-            let rv = obj
+        let prepare = move |obj: K| -> ListItem<K> {
+            // A keyless object is left for `replace_items` to reject with its error.
+            let Ok(key) = key_of(&obj) else {
+                return ListItem::Decoded(obj);
+            };
+            if let Some(rv) = obj
                 .meta()
                 .resource_version
                 .as_deref()
-                .filter(|rv| !rv.is_empty())?;
-            let cached = fifo.known_object(&key_of(obj).ok()?)?;
-            (cached.meta().resource_version.as_deref() == Some(rv)).then_some(cached)
+                .filter(|rv| !rv.is_empty())
+                && let Some(cached) = fifo.known_object(&key)
+                && cached.meta().resource_version.as_deref() == Some(rv)
+            {
+                return ListItem::Ready(cached);
+            }
+            ListItem::Ready(fifo.prepare_object(obj))
         };
         let specific = !rv.is_empty() && rv != "0";
         let paginate = !specific || self.paginated_result;
@@ -458,7 +468,7 @@ where
         let mut items = Vec::new();
         let mut first = true;
         loop {
-            let page = match self.lw.list_reusing(options.clone(), &reuse).await {
+            let page = match self.lw.list_reusing(options.clone(), &prepare).await {
                 Ok(p) => p,
                 Err(e) if e.is_expired() && options.continue_token.is_some() => {
                     // The snapshot the pages came from was compacted mid-list: one full list
@@ -468,7 +478,7 @@ where
                         resource_version: String::new(),
                         ..Default::default()
                     };
-                    let page = self.lw.list_reusing(full, &reuse).await?;
+                    let page = self.lw.list_reusing(full, &prepare).await?;
                     for u in page.undecodable {
                         self.report(&Error::List(ListWatchError::Undecodable(Box::new(u))));
                     }
