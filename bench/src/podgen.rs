@@ -302,9 +302,22 @@ pub struct Fixture {
 impl Fixture {
     /// Encodes `n` pods of the fixture seeded `seed`.
     pub fn new(seed: u64, n: usize) -> Self {
+        Self::with_managed_fields(seed, n, true)
+    }
+
+    /// Like [`new`](Self::new); without `managedFields` when `managed` is false (to measure
+    /// what they cost).
+    pub fn with_managed_fields(seed: u64, n: usize, managed: bool) -> Self {
         let parts = (0..n)
             .map(|i| {
-                let bytes = serde_json::to_vec(&pod_json(seed, i, RV_MARK)).expect("json");
+                let mut pod = pod_json(seed, i, RV_MARK);
+                if !managed {
+                    pod["metadata"]
+                        .as_object_mut()
+                        .expect("metadata")
+                        .remove("managedFields");
+                }
+                let bytes = serde_json::to_vec(&pod).expect("json");
                 let at = find(&bytes, RV_MARK.as_bytes()).expect("rv mark present");
                 (bytes[..at].to_vec(), bytes[at + RV_MARK.len()..].to_vec())
             })

@@ -40,10 +40,11 @@ async fn main() {
     let done = Arc::new(AtomicUsize::new(0));
     let all_done = Arc::new(Notify::new());
     let handlers = args.handlers;
+    let mut registrations = Vec::new();
     for _ in 0..handlers {
         let count = AtomicU64::new(0);
         let (done, all_done) = (done.clone(), all_done.clone());
-        informer
+        let registration = informer
             .add_event_handler(
                 ResourceEventHandlerFuncs::new().on_update(move |_old, _new| {
                     if count.fetch_add(1, Ordering::Relaxed) + 1 == target
@@ -54,6 +55,25 @@ async fn main() {
                 }),
             )
             .expect("handler");
+        registrations.push(registration);
+    }
+    // `BENCH_SAMPLE_MS=n`: every n ms, print RSS and the first handler's backlog to stderr, to
+    // see where memory piles up (not used by the runner).
+    if let Some(ms) = std::env::var("BENCH_SAMPLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        let reg = registrations.swap_remove(0);
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(ms));
+                eprintln!(
+                    "sample rss_kb={} handler_pending={}",
+                    Meter::status_kb("VmRSS"),
+                    reg.pending()
+                );
+            }
+        });
     }
     informer.start();
     while !informer.has_synced() {

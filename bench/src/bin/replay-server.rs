@@ -14,7 +14,8 @@
 //! - `GET /relist` switches to list B; `GET /reset` back to list A (the runner calls it before
 //!   each client run).
 //!
-//! Usage: `replay-server --port P --pods N [--events M] [--relist true] [--changed-every 10]`;
+//! Usage: `replay-server --port P --pods N [--events M] [--relist true] [--changed-every 10]
+//! [--managed-fields false]`;
 //! prints `LISTENING <addr>` once every body is encoded.
 
 use std::{convert::Infallible, sync::Arc};
@@ -125,7 +126,8 @@ fn main() {
     let relist_mode = get("relist", "false") == "true";
     let changed_every: usize = get("changed-every", "10").parse().expect("--changed-every");
 
-    let fixture = Fixture::new(seed, pods);
+    let managed = get("managed-fields", "true") == "true";
+    let fixture = Fixture::with_managed_fields(seed, pods, managed);
     let list_a = Bytes::from(fixture.list(LIST_RV, Fixture::base_rv));
     let list_b = Bytes::from(fixture.list(RELIST_RV, |i| {
         if i % changed_every == 0 {
