@@ -1,0 +1,129 @@
+// Benchmark client: client-go's shared informer factory, Pod informer, no-op counting handlers,
+// asking for JSON so it decodes the same bytes as the Rust clients. Same options and RESULT line
+// as the Rust clients (see ../src/measure.rs).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+var start = time.Now()
+
+func cpu() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+func statusKB(field string) string {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))
+		}
+	}
+	return "0"
+}
+
+func wall() float64 { return time.Since(start).Seconds() }
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:18080", "replay server host:port")
+	mode := flag.String("mode", "sync", "sync, watch or relist")
+	events := flag.Uint64("events", 0, "watch events to wait for")
+	handlers := flag.Int("handlers", 1, "number of handlers")
+	changed := flag.Uint64("changed", 0, "updates the relist brings")
+	strip := flag.String("strip", "false", "strip managedFields before objects reach the cache")
+	flag.Parse()
+	// Plain list+watch like the other clients: no streaming initial list.
+	os.Setenv("KUBE_FEATURE_WatchListClient", "false")
+
+	cfg := &rest.Config{
+		Host: "http://" + *addr,
+		ContentConfig: rest.ContentConfig{
+			ContentType:        "application/json",
+			AcceptContentTypes: "application/json",
+		},
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	var opts []informers.SharedInformerOption
+	if *strip == "true" {
+		opts = append(opts, informers.WithTransform(func(obj interface{}) (interface{}, error) {
+			if a, err := meta.Accessor(obj); err == nil {
+				a.SetManagedFields(nil)
+			}
+			return obj, nil
+		}))
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, opts...)
+	inf := factory.Core().V1().Pods().Informer()
+
+	target := ^uint64(0)
+	switch *mode {
+	case "watch":
+		target = *events
+	case "relist":
+		target = *changed
+	}
+	var done atomic.Int64
+	allDone := make(chan struct{})
+	for i := 0; i < *handlers; i++ {
+		var count atomic.Uint64
+		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(_, _ interface{}) {
+				if count.Add(1) == target && done.Add(1) == int64(*handlers) {
+					close(allDone)
+				}
+			},
+		})
+		if err != nil {
+			panic(err)
+		}
+	}
+	stop := make(chan struct{})
+	factory.Start(stop)
+	for !inf.HasSynced() {
+		time.Sleep(time.Millisecond)
+	}
+	synced, cpuSync := wall(), cpu()
+	out := fmt.Sprintf(" synced_s=%.4f cpu_sync_s=%.4f objects=%d", synced, cpuSync, len(inf.GetStore().ListKeys()))
+	switch *mode {
+	case "watch":
+		<-allDone
+		w, c := wall()-synced, cpu()-cpuSync
+		out += fmt.Sprintf(" watch_s=%.4f events_per_s=%.0f cpu_per_event_us=%.3f", w, float64(*events)/w, c/float64(*events)*1e6)
+	case "relist":
+		time.Sleep(time.Second)
+		out += " steady_kb=" + statusKB("VmRSS")
+		if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+			fmt.Fprintln(os.Stderr, "cannot reset VmHWM:", err)
+		}
+		t0 := wall()
+		resp, err := http.Get("http://" + *addr + "/relist")
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		<-allDone
+		out += fmt.Sprintf(" relist_s=%.4f", wall()-t0)
+	}
+	out += " hwm_kb=" + statusKB("VmHWM") + fmt.Sprintf(" cpu_total_s=%.4f", cpu())
+	fmt.Println("RESULT" + out)
+	os.Exit(0)
+}

@@ -1,0 +1,102 @@
+//! Benchmark client: this crate's `SharedIndexInformer<Pod>` with no-op counting handlers.
+//! See `kube_informer_bench::measure::ClientArgs` for the options and `bench-runner` for the
+//! scenarios.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube_informer::{
+    InformerConfig, ResourceEventHandlerFuncs, SharedIndexInformer, reflector::ApiListerWatcher,
+};
+use kube_informer_bench::{Meter, http_get, kube_client, measure::ClientArgs};
+use tokio::sync::Notify;
+
+#[tokio::main]
+async fn main() {
+    let mut meter = Meter::new();
+    let args = ClientArgs::parse();
+    let client = kube_client(&args.addr);
+    let lw = ApiListerWatcher::new(Api::<Pod>::all(client));
+    let informer = SharedIndexInformer::new(lw, InformerConfig::default());
+    if args.strip {
+        informer
+            .set_transform(kube_informer::strip_managed_fields_transform())
+            .expect("transform");
+    }
+
+    // Each handler counts its updates; the last one to reach the target wakes main.
+    let target = match args.mode.as_str() {
+        "watch" => args.events,
+        "relist" => args.changed,
+        _ => u64::MAX,
+    };
+    let done = Arc::new(AtomicUsize::new(0));
+    let all_done = Arc::new(Notify::new());
+    let handlers = args.handlers;
+    let mut registrations = Vec::new();
+    for _ in 0..handlers {
+        let count = AtomicU64::new(0);
+        let (done, all_done) = (done.clone(), all_done.clone());
+        let registration = informer
+            .add_event_handler(
+                ResourceEventHandlerFuncs::new().on_update(move |_old, _new| {
+                    if count.fetch_add(1, Ordering::Relaxed) + 1 == target
+                        && done.fetch_add(1, Ordering::AcqRel) + 1 == handlers
+                    {
+                        all_done.notify_one();
+                    }
+                }),
+            )
+            .expect("handler");
+        registrations.push(registration);
+    }
+    // `BENCH_SAMPLE_MS=n`: every n ms, print RSS and the first handler's backlog to stderr, to
+    // see where memory piles up (not used by the runner).
+    if let Some(ms) = std::env::var("BENCH_SAMPLE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        let reg = registrations.swap_remove(0);
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(ms));
+                eprintln!(
+                    "sample rss_kb={} handler_pending={}",
+                    Meter::status_kb("VmRSS"),
+                    reg.pending()
+                );
+            }
+        });
+    }
+    informer.start();
+    while !informer.has_synced() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let synced = meter.put_synced();
+    meter.put("objects", informer.indexer().len());
+    match args.mode.as_str() {
+        "watch" => {
+            all_done.notified().await;
+            meter.put_watch(args.events, synced);
+        }
+        "relist" => {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            meter.put("steady_kb", Meter::status_kb("VmRSS"));
+            Meter::reset_hwm();
+            let t0 = meter.wall();
+            http_get(&args.addr, "/relist").expect("trigger relist");
+            all_done.notified().await;
+            meter.put("relist_s", format!("{:.4}", meter.wall() - t0));
+        }
+        _ => {}
+    }
+    meter.finish();
+    std::process::exit(0);
+}

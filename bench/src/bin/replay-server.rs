@@ -1,0 +1,189 @@
+//! A replay API server for benchmarks: serves a pre-encoded list of N Pods and then a watch stream
+//! of M MODIFIED events as fast as the client reads them. Plain HTTP/1.1 on 127.0.0.1.
+//!
+//! Protocol, just enough for kube-informer, kube-runtime and client-go:
+//! - `GET /api/v1/pods?...` without `watch`: the whole list in one page (legal whatever `limit`
+//!   says: the API server also ignores `limit` when it serves from its watch cache), at
+//!   resourceVersion `LIST_RV` (list A) or, after `/relist`, `RELIST_RV` (list B, where every
+//!   10th pod — `--changed-every` — has a new resourceVersion).
+//! - `GET /api/v1/pods?watch=true&resourceVersion=X`: with `--relist` off, the events after X (event
+//!   k has resourceVersion `LIST_RV + 1 + k` and modifies pod `k % N`), one per chunk, then the
+//!   stream stays open and idle. With `--relist` on, a watch from list A waits for `/relist`, then
+//!   sends a 410 `Expired` ERROR event and ends, so every client relists; a watch from list B
+//!   stays idle.
+//! - `GET /relist` switches to list B; `GET /reset` back to list A (the runner calls it before
+//!   each client run).
+//!
+//! Usage: `replay-server --port P --pods N [--events M] [--relist true] [--changed-every 10]
+//! [--managed-fields false]`;
+//! prints `LISTENING <addr>` once every body is encoded.
+
+use std::{convert::Infallible, sync::Arc};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::Frame;
+use hyper_util::rt::TokioIo;
+use kube_informer_bench::{Fixture, LIST_RV, RELIST_RV, event_line, expired_event, parse_args};
+use tokio::{net::TcpListener, sync::watch};
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+struct Server {
+    list_a: Bytes,
+    list_b: Bytes,
+    /// All watch events back to back; event k is `events[offsets[k]..offsets[k + 1]]`.
+    events: Bytes,
+    offsets: Vec<usize>,
+    relist_mode: bool,
+    phase_b: watch::Sender<bool>,
+}
+
+fn full(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(body.into()).boxed_unsync())
+        .expect("static response")
+}
+
+fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// A stream that never yields: an idle watch the client ends by disconnecting.
+fn idle() -> futures::stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>> {
+    futures::stream::pending().boxed()
+}
+
+impl Server {
+    async fn handle(self: Arc<Self>, req: Request<hyper::body::Incoming>) -> Response<Body> {
+        let path = req.uri().path();
+        let query = req.uri().query().unwrap_or("");
+        match path {
+            "/reset" => {
+                self.phase_b.send_replace(false);
+                return full(StatusCode::OK, "ok");
+            }
+            "/relist" => {
+                self.phase_b.send_replace(true);
+                return full(StatusCode::OK, "ok");
+            }
+            "/api/v1/pods" => {}
+            _ => return full(StatusCode::NOT_FOUND, "{}"),
+        }
+        let is_watch = matches!(query_param(query, "watch"), Some("true" | "1"));
+        if !is_watch {
+            let body = if *self.phase_b.borrow() {
+                self.list_b.clone()
+            } else {
+                self.list_a.clone()
+            };
+            return full(StatusCode::OK, body);
+        }
+        let rv: u64 = query_param(query, "resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let stream = if rv >= RELIST_RV {
+            idle()
+        } else if self.relist_mode {
+            let mut phase = self.phase_b.subscribe();
+            futures::stream::once(async move {
+                let _ = phase.wait_for(|b| *b).await;
+                Ok(Frame::data(Bytes::from(expired_event())))
+            })
+            .boxed()
+        } else {
+            let first = rv.saturating_sub(LIST_RV) as usize;
+            let me = self.clone();
+            let n = self.offsets.len().saturating_sub(1);
+            futures::stream::iter((first.min(n)..n).map(move |k| {
+                Ok(Frame::data(
+                    me.events.slice(me.offsets[k]..me.offsets[k + 1]),
+                ))
+            }))
+            .chain(idle())
+            .boxed()
+        };
+        Response::builder()
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(StreamBody::new(stream).boxed_unsync())
+            .expect("static response")
+    }
+}
+
+fn main() {
+    let args = parse_args();
+    let get = |k: &str, d: &str| args.get(k).cloned().unwrap_or_else(|| d.to_owned());
+    let port: u16 = get("port", "18080").parse().expect("--port");
+    let pods: usize = get("pods", "10000").parse().expect("--pods");
+    let events: usize = get("events", "0").parse().expect("--events");
+    let seed: u64 = get("seed", "42").parse().expect("--seed");
+    let relist_mode = get("relist", "false") == "true";
+    let changed_every: usize = get("changed-every", "10").parse().expect("--changed-every");
+
+    let managed = get("managed-fields", "true") == "true";
+    let fixture = Fixture::with_managed_fields(seed, pods, managed);
+    let list_a = Bytes::from(fixture.list(LIST_RV, Fixture::base_rv));
+    let list_b = Bytes::from(fixture.list(RELIST_RV, |i| {
+        if i % changed_every == 0 {
+            2_000_000 + i as u64
+        } else {
+            Fixture::base_rv(i)
+        }
+    }));
+    let mut buf = Vec::new();
+    let mut offsets = vec![0];
+    let mut obj = Vec::new();
+    for k in 0..events {
+        obj.clear();
+        fixture.write_pod(k % pods, LIST_RV + 1 + k as u64, &mut obj);
+        buf.extend_from_slice(&event_line("MODIFIED", &obj));
+        offsets.push(buf.len());
+    }
+    let server = Arc::new(Server {
+        list_a,
+        list_b,
+        events: Bytes::from(buf),
+        offsets,
+        relist_mode,
+        phase_b: watch::channel(false).0,
+    });
+    eprintln!(
+        "replay-server: {pods} pods, list {} bytes, {events} events {} bytes",
+        server.list_a.len(),
+        server.events.len()
+    );
+
+    // One thread: the server only copies pre-encoded bytes, and the clients get the other core.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+        println!("LISTENING {}", listener.local_addr().expect("addr"));
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            let server = server.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let server = server.clone();
+                    async move { Ok::<_, Infallible>(server.handle(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+}

@@ -1,0 +1,139 @@
+//! What each client measures about itself: CPU time (getrusage, user+sys, all threads), wall
+//! time since `main` started, and resident memory from `/proc/self/status` (`VmHWM` is the peak;
+//! writing `5` to `/proc/self/clear_refs` resets it, which is how S4 isolates the relist peak).
+
+use std::{collections::HashMap, fmt::Write as _, time::Instant};
+
+/// Clock and counters of one client process.
+pub struct Meter {
+    start: Instant,
+    fields: String,
+}
+
+impl Default for Meter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Meter {
+    /// Starts the wall clock; call first thing in `main`.
+    pub fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            fields: String::new(),
+        }
+    }
+
+    /// Seconds since [`new`](Self::new).
+    pub fn wall(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// User + system CPU seconds of the whole process so far.
+    pub fn cpu() -> f64 {
+        // getrusage has no safe wrapper in std; the library forbids `unsafe`, this bench crate
+        // does not need to.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        assert_eq!(rc, 0, "getrusage");
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    }
+
+    /// A `/proc/self/status` field in kB (`VmRSS`, `VmHWM`).
+    pub fn status_kb(field: &str) -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Resets the peak-RSS mark (`VmHWM`) to the current RSS.
+    pub fn reset_hwm() {
+        if let Err(e) = std::fs::write("/proc/self/clear_refs", "5") {
+            eprintln!("cannot reset VmHWM: {e}");
+        }
+    }
+
+    /// Records `key=value` for the final `RESULT` line.
+    pub fn put(&mut self, key: &str, value: impl std::fmt::Display) {
+        let _ = write!(self.fields, " {key}={value}");
+    }
+
+    /// Records the sync point (`synced_s`, `cpu_sync_s`) and returns it for [`put_watch`](Self::put_watch).
+    pub fn put_synced(&mut self) -> (f64, f64) {
+        let (wall, cpu) = (self.wall(), Self::cpu());
+        self.put("synced_s", format!("{wall:.4}"));
+        self.put("cpu_sync_s", format!("{cpu:.4}"));
+        (wall, cpu)
+    }
+
+    /// Records the watch figures for `events` events received since the sync point `synced`.
+    pub fn put_watch(&mut self, events: u64, synced: (f64, f64)) {
+        let (wall, cpu) = (self.wall() - synced.0, Self::cpu() - synced.1);
+        self.put("watch_s", format!("{wall:.4}"));
+        self.put("events_per_s", format!("{:.0}", events as f64 / wall));
+        self.put(
+            "cpu_per_event_us",
+            format!("{:.3}", cpu / events as f64 * 1e6),
+        );
+    }
+
+    /// Prints the `RESULT` line (with the final peak RSS) and flushes stdout.
+    pub fn finish(mut self) {
+        self.put("hwm_kb", Self::status_kb("VmHWM"));
+        self.put("cpu_total_s", format!("{:.4}", Self::cpu()));
+        println!("RESULT{}", self.fields);
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    }
+}
+
+/// `--key value` pairs from the command line.
+pub fn parse_args() -> HashMap<String, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut out = HashMap::new();
+    let mut it = args.into_iter();
+    while let Some(k) = it.next() {
+        if let Some(k) = k.strip_prefix("--") {
+            out.insert(k.to_owned(), it.next().unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// The client-side options every Rust client understands.
+#[derive(Debug, Clone)]
+pub struct ClientArgs {
+    /// `host:port` of the replay server.
+    pub addr: String,
+    /// `sync`, `watch` or `relist`.
+    pub mode: String,
+    /// Watch events to wait for (mode `watch`).
+    pub events: u64,
+    /// Number of handlers (mode `watch`).
+    pub handlers: usize,
+    /// Updates expected from the relist (mode `relist`).
+    pub changed: u64,
+    /// Strip `managedFields` before objects reach the cache (`--strip true`).
+    pub strip: bool,
+}
+
+impl ClientArgs {
+    /// From the command line.
+    pub fn parse() -> Self {
+        let a = parse_args();
+        let get = |k: &str, d: &str| a.get(k).cloned().unwrap_or_else(|| d.to_owned());
+        Self {
+            addr: get("addr", "127.0.0.1:18080"),
+            mode: get("mode", "sync"),
+            events: get("events", "0").parse().expect("--events"),
+            handlers: get("handlers", "1").parse().expect("--handlers"),
+            changed: get("changed", "0").parse().expect("--changed"),
+            strip: get("strip", "false") == "true",
+        }
+    }
+}
