@@ -116,8 +116,9 @@ pub(super) fn dedup_trailing_deletes<K>(deltas: &mut Deltas<K>) {
 /// One item of a full list handed to [`DeltaFifo::replace_items`](super::DeltaFifo::replace_items).
 #[derive(Debug)]
 pub enum ListItem<K> {
-    /// An object as decoded: the FIFO applies its transform.
-    Decoded(K),
+    /// An object as decoded: the FIFO applies its transform. Boxed, so that a list of mostly
+    /// [`Ready`](Self::Ready) items stays two words an item instead of the size of `K`.
+    Decoded(Box<K>),
     /// An object ready to queue as it is: transformed already, or the cached object itself when
     /// the listed version is the one cached (same resourceVersion).
     Ready(Arc<K>),

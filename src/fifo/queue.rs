@@ -305,10 +305,11 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     /// [`FifoError::Key`] if any object has no valid key; every key is checked before anything
     /// changes, so the FIFO is then unchanged.
     pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), FifoError> {
-        self.replace_items(
-            list.into_iter().map(ListItem::Decoded).collect(),
-            resource_version,
-        )
+        let items = list
+            .into_iter()
+            .map(|obj| ListItem::Ready(self.transformed(obj)))
+            .collect();
+        self.replace_items(items, resource_version)
     }
 
     /// [`replace`](Self::replace) with items that may be ready already: the reflector transforms
@@ -326,14 +327,14 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         let keys = list
             .iter()
             .map(|item| match item {
-                ListItem::Decoded(obj) => key_of(obj),
+                ListItem::Decoded(obj) => key_of(&**obj),
                 ListItem::Ready(obj) => key_of(&**obj),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let objs: Vec<Arc<K>> = list
             .into_iter()
             .map(|item| match item {
-                ListItem::Decoded(obj) => self.transformed(obj),
+                ListItem::Decoded(obj) => self.transformed(*obj),
                 ListItem::Ready(obj) => obj,
             })
             .collect();

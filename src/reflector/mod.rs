@@ -442,7 +442,7 @@ where
         let prepare = move |obj: K| -> ListItem<K> {
             // A keyless object is left for `replace_items` to reject with its error.
             let Ok(key) = key_of(&obj) else {
-                return ListItem::Decoded(obj);
+                return ListItem::Decoded(Box::new(obj));
             };
             if let Some(rv) = obj
                 .meta()
