@@ -1,5 +1,6 @@
 // Benchmark client: client-go's shared informer factory, Pod informer, no-op counting handlers,
-// asking for JSON so it decodes the same bytes as the Rust clients. Same options and RESULT line
+// asking for JSON so it decodes the same bytes as the Rust clients (S1-S4; with --kubeconfig, for
+// S5, client-go's default protobuf against a real apiserver). Same options and RESULT line
 // as the Rust clients (see ../src/measure.rs).
 package main
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 var start = time.Now()
@@ -50,6 +52,7 @@ func main() {
 	handlers := flag.Int("handlers", 1, "number of handlers")
 	changed := flag.Uint64("changed", 0, "updates the relist brings")
 	strip := flag.String("strip", "false", "strip managedFields before objects reach the cache")
+	kubeconfig := flag.String("kubeconfig", "", "a real cluster's kubeconfig (S5): client-go's defaults, protobuf; --addr ignored")
 	flag.Parse()
 	// Plain list+watch like the other clients: no streaming initial list.
 	os.Setenv("KUBE_FEATURE_WatchListClient", "false")
@@ -60,6 +63,14 @@ func main() {
 			ContentType:        "application/json",
 			AcceptContentTypes: "application/json",
 		},
+	}
+	if *kubeconfig != "" {
+		// As an ordinary client-go program would: no content type set, so the clientset asks
+		// for protobuf.
+		var err error
+		if cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig); err != nil {
+			panic(err)
+		}
 	}
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	var opts []informers.SharedInformerOption

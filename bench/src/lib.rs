@@ -27,6 +27,19 @@ pub fn kube_client(addr: &str) -> kube::Client {
     kube::Client::try_from(config).expect("kube client")
 }
 
+/// A kube `Client` from the kubeconfig file at `path` (its current context), for S5's real
+/// kube-apiserver.
+pub async fn kubeconfig_client(path: &str) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("kubeconfig to config");
+    kube::Client::try_from(config).expect("kube client")
+}
+
 /// Sends `GET path` to `addr` (`host:port`) over a fresh TCP connection and returns the status
 /// line; enough to poke the replay server's control endpoints without an HTTP client crate.
 pub fn http_get(addr: &str, path: &str) -> std::io::Result<String> {

@@ -120,6 +120,8 @@ pub struct ClientArgs {
     pub changed: u64,
     /// Strip `managedFields` before objects reach the cache (`--strip true`).
     pub strip: bool,
+    /// A kubeconfig for a real cluster (S5); when set, `addr` is ignored.
+    pub kubeconfig: Option<String>,
 }
 
 impl ClientArgs {
@@ -134,6 +136,7 @@ impl ClientArgs {
             handlers: get("handlers", "1").parse().expect("--handlers"),
             changed: get("changed", "0").parse().expect("--changed"),
             strip: get("strip", "false") == "true",
+            kubeconfig: a.get("kubeconfig").cloned(),
         }
     }
 }

@@ -15,14 +15,17 @@ use kube::Api;
 use kube_informer::{
     InformerConfig, ResourceEventHandlerFuncs, SharedIndexInformer, reflector::ApiListerWatcher,
 };
-use kube_informer_bench::{Meter, http_get, kube_client, measure::ClientArgs};
+use kube_informer_bench::{Meter, http_get, kube_client, kubeconfig_client, measure::ClientArgs};
 use tokio::sync::Notify;
 
 #[tokio::main]
 async fn main() {
     let mut meter = Meter::new();
     let args = ClientArgs::parse();
-    let client = kube_client(&args.addr);
+    let client = match &args.kubeconfig {
+        Some(path) => kubeconfig_client(path).await,
+        None => kube_client(&args.addr),
+    };
     let lw = ApiListerWatcher::new(Api::<Pod>::all(client));
     let informer = SharedIndexInformer::new(lw, InformerConfig::default());
     if args.strip {
