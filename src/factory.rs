@@ -286,25 +286,37 @@ impl SharedInformerFactory {
         lw
     }
 
+    /// The informer of objects of type `T` at `url` (created on first request).
+    fn shared_informer<T>(
+        &self,
+        name: String,
+        url: String,
+        metadata_only: bool,
+    ) -> SharedIndexInformer<T>
+    where
+        T: Resource + DeserializeOwned + Send + Sync + 'static,
+    {
+        let key = InformerKey {
+            name,
+            url: url.clone(),
+            metadata_only,
+        };
+        self.get_or_create(key, || {
+            SharedIndexInformer::new(
+                self.lister_watcher::<T>(url, metadata_only),
+                self.informer_config::<T>(),
+            )
+        })
+    }
+
     /// The informer for `K` (the same one on every call).
     pub fn informer<K>(&self) -> SharedIndexInformer<K>
     where
         K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
         K::Scope: 'static,
     {
-        let ns = self.namespace_for(is_namespaced::<K>());
-        let url = K::url_path(&(), ns);
-        let key = InformerKey {
-            name: type_label::<K>(),
-            url: url.clone(),
-            metadata_only: false,
-        };
-        self.get_or_create(key, || {
-            SharedIndexInformer::new(
-                self.lister_watcher::<K>(url, false),
-                self.informer_config::<K>(),
-            )
-        })
+        let url = K::url_path(&(), self.namespace_for(is_namespaced::<K>()));
+        self.shared_informer(type_label::<K>(), url, false)
     }
 
     /// The lister of the informer for `K`.
@@ -323,19 +335,8 @@ impl SharedInformerFactory {
         K: Resource<DynamicType = ()> + Send + Sync + 'static,
         K::Scope: 'static,
     {
-        let ns = self.namespace_for(is_namespaced::<K>());
-        let url = K::url_path(&(), ns);
-        let key = InformerKey {
-            name: type_label::<K>(),
-            url: url.clone(),
-            metadata_only: true,
-        };
-        self.get_or_create(key, || {
-            SharedIndexInformer::new(
-                self.lister_watcher::<PartialObjectMeta<K>>(url, true),
-                self.informer_config::<PartialObjectMeta<K>>(),
-            )
-        })
+        let url = K::url_path(&(), self.namespace_for(is_namespaced::<K>()));
+        self.shared_informer(type_label::<K>(), url, true)
     }
 
     /// A dynamic informer for the resource `ar` (for kinds known only at run time, such as
@@ -346,19 +347,9 @@ impl SharedInformerFactory {
         ar: &ApiResource,
         namespaced: bool,
     ) -> SharedIndexInformer<DynamicObject> {
-        let ns = self.namespace_for(namespaced);
-        let url = DynamicObject::url_path(ar, ns);
-        let key = InformerKey {
-            name: format!("{}/{}/{}", ar.group, ar.version, ar.plural),
-            url: url.clone(),
-            metadata_only: false,
-        };
-        self.get_or_create(key, || {
-            SharedIndexInformer::new(
-                self.lister_watcher::<DynamicObject>(url, false),
-                self.informer_config::<DynamicObject>(),
-            )
-        })
+        let url = DynamicObject::url_path(ar, self.namespace_for(namespaced));
+        let name = format!("{}/{}/{}", ar.group, ar.version, ar.plural);
+        self.shared_informer(name, url, false)
     }
 
     /// Starts every informer requested since the last call (client-go `Start`). Non-blocking
