@@ -16,8 +16,7 @@ use crate::fifo::ListItem;
 
 use super::{
     decode::{
-        LineFramer, ListPage, WatchEvent, decode_list, decode_list_map, decode_watch_event,
-        undecodable_event,
+        LineFramer, ListDecoder, ListPage, WatchEvent, decode_watch_event, undecodable_event,
     },
     error::ListWatchError,
 };
@@ -229,8 +228,11 @@ impl<K> ApiListerWatcher<K> {
             .map_err(|e| ListWatchError::Request(kube::Error::HttpError(e)))
     }
 
-    /// Sends one list request and collects its body.
-    async fn fetch_list(&self, options: &ListOptions) -> Result<Bytes, ListWatchError> {
+    /// Sends one list request; the caller streams the body.
+    async fn send_list(
+        &self,
+        options: &ListOptions,
+    ) -> Result<http::Response<kube::client::Body>, ListWatchError> {
         let mut q = self.query(false);
         if let Some(limit) = options.limit {
             q.pair("limit", &limit.to_string());
@@ -251,13 +253,7 @@ impl<K> ApiListerWatcher<K> {
                 }
             }
         }
-        let res = self.send(self.request(q.finish(), false)?).await?;
-        Ok(res
-            .into_body()
-            .collect()
-            .await
-            .map_err(ListWatchError::Request)?
-            .to_bytes())
+        self.send(self.request(q.finish(), false)?).await
     }
 
     async fn send(
@@ -285,12 +281,12 @@ impl<K> ApiListerWatcher<K> {
 
 impl<K> ListerWatcher<K> for ApiListerWatcher<K>
 where
-    K: DeserializeOwned + Send + 'static,
+    K: DeserializeOwned + Send + Sync + 'static,
 {
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         async move {
-            let body = self.fetch_list(&options).await?;
-            Ok(decode_list::<K>(&body)?)
+            let res = self.send_list(&options).await?;
+            decode_list_body(res.into_body(), |k| k).await
         }
         .boxed()
     }
@@ -304,10 +300,8 @@ where
         K: Send + 'a,
     {
         async move {
-            let body = self.fetch_list(&options).await?;
-            Ok(decode_list_map::<K, ListItem<K>>(&body, &mut |k| {
-                prepare(k)
-            })?)
+            let res = self.send_list(&options).await?;
+            decode_list_body(res.into_body(), prepare).await
         }
         .boxed()
     }
@@ -333,6 +327,25 @@ where
         }
         .boxed()
     }
+}
+
+/// Decodes a list response body frame by frame as it arrives, so only a small window of it is
+/// held (see [`ListDecoder`]) rather than the whole body next to the decoded objects.
+async fn decode_list_body<K, T>(
+    mut body: kube::client::Body,
+    mut map: impl FnMut(K) -> T + Send,
+) -> Result<ListPage<T>, ListWatchError>
+where
+    K: DeserializeOwned,
+{
+    let mut decoder = ListDecoder::<K, T>::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(ListWatchError::Request)?;
+        if let Some(data) = frame.data_ref() {
+            decoder.push(data, &mut map)?;
+        }
+    }
+    Ok(decoder.finish(&mut map)?)
 }
 
 /// Frames a watch body into lines and decodes each into an event.
