@@ -193,6 +193,11 @@ impl<'de> Deserialize<'de> for FieldName {
 /// unknown shape (custom ones, such as base64 errors naming a byte) are withheld. The serde error
 /// itself is not a `source()`, since error-chain reporters print sources;
 /// [`DecodeError::unredacted`] gives it to code that knows where it goes.
+///
+/// A list body is decoded one value at a time ([`ListDecoder`]), so for a list the message also
+/// names the body offset of the failing value ([`DecodeError::body_offset`]), and serde's line
+/// and column count from there. Errors in the list's own shape (a missing `,`, trailing bytes)
+/// are fixed messages, which serde classifies as data errors.
 #[derive(thiserror::Error)]
 #[error("cannot decode {what}{}: {}", at_offset(*.offset), redacted(.error))]
 pub struct DecodeError {

@@ -66,7 +66,8 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// changed rather than a second full copy.
     ///
     /// The default calls [`list`](Self::list) and maps the finished page; implementations that
-    /// decode incrementally (as [`ApiListerWatcher`] does) should override it.
+    /// decode incrementally (as [`ApiListerWatcher`] does, feeding each received chunk to a
+    /// [`ListDecoder`](super::decode::ListDecoder)) should override it.
     fn list_reusing<'a>(
         &'a self,
         options: ListOptions,
@@ -99,7 +100,9 @@ pub type Prepare<'a, K> = &'a (dyn Fn(K) -> ListItem<K> + Send + Sync);
 /// `#[derive(CustomResource)]` types), [`DynamicObject`](kube::api::DynamicObject)s with an
 /// [`ApiResource`](kube::api::ApiResource), and metadata-only [`PartialObjectMeta<K>`].
 ///
-/// Bodies are decoded straight from the received bytes (see the `decode` notes in the crate docs).
+/// Bodies are decoded straight from the received bytes as they arrive: a list response is never
+/// held whole, only a window of about a megabyte of it (see
+/// [`ListDecoder`](super::decode::ListDecoder)).
 ///
 /// ```no_run
 /// use k8s_openapi::api::core::v1::Pod;
@@ -286,7 +289,7 @@ where
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         async move {
             let res = self.send_list(&options).await?;
-            decode_list_body(res.into_body(), |k| k).await
+            decode_list_body(res.into_body().into_data_stream(), |k| k).await
         }
         .boxed()
     }
@@ -301,7 +304,7 @@ where
     {
         async move {
             let res = self.send_list(&options).await?;
-            decode_list_body(res.into_body(), prepare).await
+            decode_list_body(res.into_body().into_data_stream(), prepare).await
         }
         .boxed()
     }
@@ -329,21 +332,20 @@ where
     }
 }
 
-/// Decodes a list response body frame by frame as it arrives, so only a small window of it is
+/// Decodes a list response body chunk by chunk as it arrives, so only a small window of it is
 /// held (see [`ListDecoder`]) rather than the whole body next to the decoded objects.
-async fn decode_list_body<K, T>(
-    mut body: kube::client::Body,
+async fn decode_list_body<K, T, S>(
+    body: S,
     mut map: impl FnMut(K) -> T + Send,
 ) -> Result<ListPage<T>, ListWatchError>
 where
     K: DeserializeOwned,
+    S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send,
 {
+    let mut body = std::pin::pin!(body);
     let mut decoder = ListDecoder::<K, T>::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(ListWatchError::Request)?;
-        if let Some(data) = frame.data_ref() {
-            decoder.push(data, &mut map)?;
-        }
+    while let Some(chunk) = body.next().await {
+        decoder.push(&chunk.map_err(ListWatchError::Request)?, &mut map)?;
     }
     Ok(decoder.finish(&mut map)?)
 }
@@ -484,5 +486,33 @@ mod tests {
             br#"{"kind":"Status","code":410,"reason":"Expired","message":"too old"}"#,
         );
         assert_eq!((s.code, s.reason.as_str()), (410, "Expired"));
+    }
+
+    #[tokio::test]
+    async fn list_body_is_decoded_chunk_by_chunk_and_a_read_error_fails_the_list() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let body = br#"{"metadata":{"resourceVersion":"8"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#;
+        let chunks = || body.chunks(5).map(|c| Ok(Bytes::copy_from_slice(c)));
+        let page = decode_list_body::<ConfigMap, _, _>(futures::stream::iter(chunks()), |k| k)
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), 2);
+        assert_eq!(page.metadata.resource_version.as_deref(), Some("8"));
+
+        let cut = chunks()
+            .take(4)
+            .chain(std::iter::once(Err(kube::Error::ReadEvents(
+                std::io::Error::other("connection reset"),
+            ))));
+        let err = decode_list_body::<ConfigMap, _, _>(futures::stream::iter(cut), |k| k)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ListWatchError::Request(_)), "{err:?}");
+        // A body that just ends early is a decode error, not a short list.
+        let short = chunks().take(10);
+        let err = decode_list_body::<ConfigMap, _, _>(futures::stream::iter(short), |k| k)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ListWatchError::Decode(_)), "{err:?}");
     }
 }
