@@ -16,9 +16,10 @@ use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::ListMet
 use kube::core::{DynamicObject, PartialObjectMeta};
 use kube_informer::reflector::{
     __fuzz::watch_event_stream,
-    WatchEvent,
-    decode::{LineFramer, decode_list, decode_watch_event},
+    ListPage, WatchEvent,
+    decode::{LineFramer, ListDecoder, decode_list, decode_watch_event},
 };
+use serde::de::DeserializeOwned;
 
 /// Input layout of [`watch_stream`]: byte 0 seeds the chunking, byte 1 is the largest chunk
 /// (0 = the whole body in one chunk; bit 7 set = the stream then fails with a read error), the
@@ -92,29 +93,82 @@ pub fn watch_stream(data: &[u8]) {
     }
 }
 
-/// Decodes `data` as a list of `Pod`s, `DynamicObject`s and `PartialObjectMeta<Pod>`s.
+/// Decodes `data` as a list of `Pod`s, `DynamicObject`s and `PartialObjectMeta<Pod>`s, whole
+/// and through a [`ListDecoder`] fed in chunks.
 ///
-/// Invariant: a body that decodes is JSON (up to strings in skipped fields) whose `items` (absent or `null` meaning none) has as
-/// many elements as were decoded or reported undecodable and whose `metadata.resourceVersion` is the one reported.
+/// Invariants:
+/// - a body that decodes is JSON (up to strings in skipped fields) whose `items` (absent or
+///   `null` meaning none) has as many elements as were decoded or reported undecodable and whose
+///   `metadata.resourceVersion` is the one reported;
+/// - however the body is split into chunks, and whatever the decoder's margin, the chunked
+///   decode gives what the whole-body decode gives: the same items, metadata and undecodable
+///   keys, or an error.
 pub fn list_decode(data: &[u8]) {
-    check_list(
-        data,
-        decode_list::<Pod>(data).map(|p| (p.items.len() + p.undecodable.len(), p.metadata)),
-    );
-    check_list(
-        data,
-        decode_list::<DynamicObject>(data)
-            .map(|p| (p.items.len() + p.undecodable.len(), p.metadata)),
-    );
-    check_list(
-        data,
-        decode_list::<PartialObjectMeta<Pod>>(data)
-            .map(|p| (p.items.len() + p.undecodable.len(), p.metadata)),
-    );
+    let pod = list_and_chunked::<Pod>(data);
+    check_list(data, pod);
+    let dynamic = list_and_chunked::<DynamicObject>(data);
+    check_list(data, dynamic);
+    let meta = list_and_chunked::<PartialObjectMeta<Pod>>(data);
+    check_list(data, meta);
 }
 
-fn check_list<E>(data: &[u8], page: Result<(usize, ListMeta), E>) {
-    let Ok((n, meta)) = page else { return };
+/// What a list decode gives, comparable across decodes: items as JSON, metadata, and the
+/// undecodable items' keys and resourceVersions.
+type ListSummary = (
+    Vec<serde_json::Value>,
+    ListMeta,
+    Vec<(Option<String>, Option<String>)>,
+);
+
+fn summarize<K: serde::Serialize, E>(page: Result<ListPage<K>, E>) -> Option<ListSummary> {
+    let page = page.ok()?;
+    Some((
+        page.items
+            .iter()
+            .map(|k| serde_json::to_value(k).expect("a decoded object serializes"))
+            .collect(),
+        page.metadata,
+        page.undecodable
+            .iter()
+            .map(|u| {
+                (
+                    u.key.as_ref().map(|k| k.as_str().to_owned()),
+                    u.resource_version.clone(),
+                )
+            })
+            .collect(),
+    ))
+}
+
+/// Decodes `data` whole, then in chunks chosen by its length, and asserts they agree.
+fn list_and_chunked<K: DeserializeOwned + serde::Serialize>(
+    data: &[u8],
+) -> Option<(usize, ListMeta)> {
+    let whole = summarize(decode_list::<K>(data));
+    // A pure function of the input, as libFuzzer needs.
+    let seed = data
+        .iter()
+        .fold(data.len() as u8, |a, &b| a.wrapping_mul(31) ^ b);
+    for (max_chunk, margin) in [(1, 0), (7, 3), (64, 16), (255, 1 << 20)] {
+        let mut decoder = ListDecoder::<K, K>::with_margin(margin);
+        let mut result = Ok(());
+        for c in chunk(data, seed, max_chunk) {
+            result = decoder.push(c, &mut |k| k);
+            if result.is_err() {
+                break;
+            }
+        }
+        let chunked = summarize(result.and_then(|()| decoder.finish(&mut |k| k)));
+        assert_eq!(
+            chunked, whole,
+            "chunks of up to {max_chunk} (margin {margin}) decode differently from the whole body"
+        );
+    }
+    whole.map(|(items, meta, undecodable)| (items.len() + undecodable.len(), meta))
+}
+
+fn check_list(data: &[u8], page: Option<(usize, ListMeta)>) {
+    let Some((n, meta)) = page else { return };
     // Fields the decoder skips are checked for JSON syntax but not for valid UTF-8 or escapes
     // (serde_json's `IgnoredAny`), so the reference parse repairs the bytes first and gives up on
     // what only a strict parser rejects.

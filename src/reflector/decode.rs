@@ -3,8 +3,9 @@
 //! kube's own list path collects the body, copies it into a `String` and decodes through
 //! `ObjectList<K>`, whose `#[serde(flatten)]` type metadata makes serde buffer the whole document
 //! (items included) before decoding it a second time. The reflector instead decodes the bytes once,
-//! with a list shape that only names the two fields it needs, and frames watch streams itself so
-//! each event line is decoded from the received bytes without a UTF-8 copy.
+//! as they arrive ([`ListDecoder`]: each item as soon as its bytes are in, holding a window of about
+//! a megabyte of the body rather than all of it), and frames watch streams itself so each event
+//! line is decoded from the received bytes without a UTF-8 copy.
 
 use std::{fmt, marker::PhantomData};
 
@@ -12,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use kube::core::Status;
 use serde::{
     Deserialize, Deserializer,
-    de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor},
+    de::{self, DeserializeOwned, IgnoredAny, MapAccess, Visitor},
 };
 
 /// The annotation on the bookmark that ends a streaming initial list (KEP-3157).
@@ -156,6 +157,7 @@ impl<'de, K: Deserialize<'de>> Deserialize<'de> for ListPage<K> {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FieldName {
     Metadata,
     Items,
@@ -191,12 +193,24 @@ impl<'de> Deserialize<'de> for FieldName {
 /// unknown shape (custom ones, such as base64 errors naming a byte) are withheld. The serde error
 /// itself is not a `source()`, since error-chain reporters print sources;
 /// [`DecodeError::unredacted`] gives it to code that knows where it goes.
+///
+/// A list body is decoded one value at a time ([`ListDecoder`]), so for a list the message also
+/// names the body offset of the failing value ([`DecodeError::body_offset`]), and serde's line
+/// and column count from there. Errors in the list's own shape (a missing `,`, trailing bytes)
+/// are fixed messages, which serde classifies as data errors.
 #[derive(thiserror::Error)]
-#[error("cannot decode {what}: {}", redacted(.error))]
+#[error("cannot decode {what}{}: {}", at_offset(*.offset), redacted(.error))]
 pub struct DecodeError {
     what: &'static str,
     // Not named `source`: thiserror would make it one.
     error: serde_json::Error,
+    /// Where in a list body the failing value (or token) starts: a list is decoded value by
+    /// value, so serde's line and column count from there.
+    offset: Option<u64>,
+}
+
+fn at_offset(offset: Option<u64>) -> String {
+    offset.map_or_else(String::new, |o| format!(" at body byte {o}"))
 }
 
 impl fmt::Debug for DecodeError {
@@ -204,6 +218,7 @@ impl fmt::Debug for DecodeError {
         f.debug_struct("DecodeError")
             .field("what", &self.what)
             .field("error", &redacted(&self.error))
+            .field("offset", &self.offset)
             .finish()
     }
 }
@@ -213,6 +228,13 @@ impl DecodeError {
     /// data), so keep it out of logs that must not carry object contents.
     pub fn unredacted(&self) -> &serde_json::Error {
         &self.error
+    }
+
+    /// For a list body: the byte offset in the body of the value (or token) that failed to
+    /// decode. serde's line and column in the message count from there, since a list is decoded
+    /// one value at a time.
+    pub fn body_offset(&self) -> Option<u64> {
+        self.offset
     }
 }
 
@@ -228,8 +250,9 @@ const KNOWN_DATA_MESSAGES: &[&str] = &[
 /// `e`'s message with nothing of the input in it (see [`DecodeError`]).
 fn redacted(e: &serde_json::Error) -> String {
     let full = e.to_string();
-    if !e.is_data() {
-        // Syntax, EOF and I/O messages are fixed texts plus a position.
+    if !e.is_data() || STRUCTURE_MESSAGES.contains(&full.as_str()) {
+        // Syntax, EOF and I/O messages are fixed texts plus a position; so are the list
+        // decoder's own messages about the list's shape.
         return full;
     }
     let position = match e.line() {
@@ -277,9 +300,8 @@ fn redacted(e: &serde_json::Error) -> String {
 ///
 /// [`DecodeError`] when the bytes are not a JSON list.
 ///
-/// One pass straight into `K`; only when that fails is the body read again item by item, so that
-/// the items that do decode are kept and the others reported in
-/// [`ListPage::undecodable`].
+/// Items that are well-formed JSON but do not decode as `K` are left out and reported in
+/// [`ListPage::undecodable`]; the others are kept.
 pub fn decode_list<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
     decode_list_map(body, &mut |k| k)
 }
@@ -289,6 +311,9 @@ pub fn decode_list<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, Deco
 /// of a large, mostly unchanged collection then peaks at the cache plus what changed, instead of
 /// the cache plus a second full copy.
 ///
+/// This is [`ListDecoder`] fed the whole body at once; a body that arrives in chunks is better
+/// fed to a [`ListDecoder`] chunk by chunk.
+///
 /// # Errors
 ///
 /// As [`decode_list`].
@@ -296,115 +321,483 @@ pub fn decode_list_map<K: DeserializeOwned, T>(
     body: &[u8],
     map: &mut dyn FnMut(K) -> T,
 ) -> Result<ListPage<T>, DecodeError> {
-    let error = {
-        let mut de = serde_json::Deserializer::from_slice(body);
-        let seed = PageSeed { map: &mut *map };
-        match seed.deserialize(&mut de).and_then(|page| {
-            de.end()?;
-            Ok(page)
-        }) {
-            Ok(page) => return Ok(page),
-            Err(error) => DecodeError {
-                what: "list",
-                error,
+    let mut decoder = ListDecoder::new();
+    decoder.push(body, map)?;
+    decoder.finish(map)
+}
+
+/// How many undecoded bytes [`ListDecoder`] waits for before it tries to decode a value.
+///
+/// An attempt on a value whose end has not arrived yet is wasted work (serde cannot resume it), so
+/// the decoder waits until this much is buffered: larger than all but the largest objects (a Pod
+/// is 2 to 10 KiB, a large ConfigMap up to the 1 MiB etcd limit), small next to the memory the
+/// decoded objects take. A larger value is retried each time the buffer has doubled, so its total
+/// parsing cost stays within twice its size.
+pub const LIST_DECODER_MARGIN: usize = 256 * 1024;
+
+/// Consumed bytes are dropped from the front of the window once this many have accumulated, so
+/// the memmove of the unconsumed tail (about [`LIST_DECODER_MARGIN`]) happens once per MiB of
+/// body rather than once per chunk.
+const COMPACT_AT: usize = 1 << 20;
+
+/// The list decoder's own messages about the list's shape: fixed texts that quote nothing, so
+/// [`redacted`] lets them through.
+const STRUCTURE_MESSAGES: &[&str] = &[
+    "expected `{` at the start of a list",
+    "expected a field name or `}`",
+    "expected a field name",
+    "expected `:` after a field name",
+    "expected `,` or `}` after a field of the list",
+    "expected `,` or `]` after a list item",
+    "trailing characters after the list",
+    "EOF while parsing the list",
+    "list decoder used after an error",
+];
+
+fn structure_error(message: &'static str, offset: u64) -> DecodeError {
+    debug_assert!(STRUCTURE_MESSAGES.contains(&message));
+    DecodeError {
+        what: "list",
+        error: de::Error::custom(message),
+        offset: Some(offset),
+    }
+}
+
+/// Decodes a list response body incrementally, as its chunks arrive.
+///
+/// Each item is decoded and handed to the `map` closure as soon as its bytes (plus a margin, see
+/// [`LIST_DECODER_MARGIN`]) have arrived, and the bytes already decoded are dropped, so decoding a
+/// list holds a window of about a megabyte of the body instead of the whole body: for 50,000 Pods
+/// that is hundreds of megabytes less at the peak of a relist. The result is exactly what
+/// [`decode_list_map`] gives for the whole body, however the body is split.
+///
+/// The top-level object's fields may come in any order (`metadata` after `items` is fine),
+/// unknown fields are skipped, and `items` may be `null` or missing (no items). Items that are
+/// well-formed JSON but do not decode as `K` are skipped and reported in
+/// [`ListPage::undecodable`].
+///
+/// Useful to a custom [`ListerWatcher`](super::ListerWatcher) that receives list bodies in
+/// chunks:
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube_informer::reflector::decode::ListDecoder;
+///
+/// let body = br#"{"kind":"ConfigMapList","items":[{"metadata":{"name":"a"}}],"metadata":{"resourceVersion":"7"}}"#;
+/// let mut names = |cm: ConfigMap| cm.metadata.name.unwrap_or_default();
+/// let mut decoder = ListDecoder::<ConfigMap, String>::new();
+/// for chunk in body.chunks(10) {
+///     decoder.push(chunk, &mut names)?;
+/// }
+/// let page = decoder.finish(&mut names)?;
+/// assert_eq!(page.items, ["a"]);
+/// assert_eq!(page.metadata.resource_version.as_deref(), Some("7"));
+/// # Ok::<(), kube_informer::reflector::decode::DecodeError>(())
+/// ```
+pub struct ListDecoder<K, T> {
+    /// Received bytes not yet dropped; `buf[pos..]` is not decoded yet.
+    buf: Vec<u8>,
+    pos: usize,
+    parser: ListParser<K, T>,
+}
+
+impl<K, T> fmt::Debug for ListDecoder<K, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListDecoder")
+            .field("buffered", &(self.buf.len() - self.pos))
+            .field("decoded_bytes", &self.parser.offset)
+            .field("items", &self.parser.items.len())
+            .field("undecodable", &self.parser.undecodable.len())
+            .finish()
+    }
+}
+
+impl<K: DeserializeOwned, T> Default for ListDecoder<K, T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: DeserializeOwned, T> ListDecoder<K, T> {
+    /// A decoder at the start of a body.
+    pub fn new() -> Self {
+        Self::with_margin(LIST_DECODER_MARGIN)
+    }
+
+    /// A decoder that tries to decode a value once `margin` undecoded bytes are buffered instead
+    /// of [`LIST_DECODER_MARGIN`]. The result does not depend on it (only the work wasted on
+    /// values that have not fully arrived does); tests use small margins to exercise every split.
+    pub fn with_margin(margin: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            pos: 0,
+            parser: ListParser {
+                state: State::Start,
+                offset: 0,
+                margin,
+                retry_at: margin,
+                metadata: None,
+                items: Vec::new(),
+                undecodable: Vec::new(),
+                _k: PhantomData,
             },
         }
+    }
+
+    /// Appends the next chunk of the body and decodes every item it completes, handing each to
+    /// `map` in order.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError`] when the bytes so far cannot be the start of a JSON list. The decoder is
+    /// then spent: later calls fail too.
+    pub fn push(&mut self, chunk: &[u8], map: &mut dyn FnMut(K) -> T) -> Result<(), DecodeError> {
+        if self.pos == self.buf.len() {
+            // Nothing pending: decode straight from the chunk and keep only its undecoded tail,
+            // so a whole body pushed at once is never copied.
+            self.buf.clear();
+            self.pos = 0;
+            let used = self.parser.run(chunk, false, map)?;
+            self.buf.extend_from_slice(&chunk[used..]);
+            return Ok(());
+        }
+        self.buf.extend_from_slice(chunk);
+        self.pos += self.parser.run(&self.buf[self.pos..], false, map)?;
+        if self.pos >= COMPACT_AT {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        Ok(())
+    }
+
+    /// Ends the body: decodes what is still buffered and returns the page.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError`] when the body is not a whole JSON list: truncated, malformed, or followed
+    /// by anything but whitespace.
+    pub fn finish(mut self, map: &mut dyn FnMut(K) -> T) -> Result<ListPage<T>, DecodeError> {
+        self.parser.run(&self.buf[self.pos..], true, map)?;
+        let p = self.parser;
+        Ok(ListPage {
+            metadata: p.metadata.unwrap_or_default(),
+            items: p.items,
+            undecodable: p.undecodable,
+        })
+    }
+}
+
+/// Where the list parser is in the top-level object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Before the opening `{`.
+    Start,
+    /// After `{`: a field name or `}`.
+    FirstKey,
+    /// After `,`: a field name.
+    Key,
+    /// After a field name: `:`.
+    Colon(FieldName),
+    /// After `:`: the field's value.
+    Value(FieldName),
+    /// After a field's value: `,` or `}`.
+    AfterValue,
+    /// After `items: [`: an item or `]`.
+    FirstItem,
+    /// After `,` in `items`: an item.
+    Item,
+    /// After an item: `,` or `]`.
+    AfterItem,
+    /// After the closing `}`: only whitespace.
+    Done,
+    /// An error was returned.
+    Failed,
+}
+
+/// The decoder's state apart from its byte window, so it can run over the window or straight
+/// over a chunk.
+struct ListParser<K, T> {
+    state: State,
+    /// Body offset of the first byte `run` is given.
+    offset: u64,
+    margin: usize,
+    /// Undecoded bytes needed before the next attempt at a value.
+    retry_at: usize,
+    metadata: Option<ListMeta>,
+    items: Vec<T>,
+    undecodable: Vec<UndecodableObject>,
+    _k: PhantomData<fn() -> K>,
+}
+
+/// One attempt at decoding the value at the start of a slice.
+enum Attempt<V> {
+    /// The value and how many bytes it took.
+    Done(V, usize),
+    /// Its end has not arrived.
+    Wait,
+    /// It cannot be decoded, whatever follows.
+    Failed(serde_json::Error),
+}
+
+/// Decodes one JSON value of type `V` from the start of `data` (which starts at a non-whitespace
+/// byte).
+fn attempt<V: DeserializeOwned>(data: &[u8], finished: bool) -> Attempt<V> {
+    let mut values = serde_json::Deserializer::from_slice(data).into_iter::<V>();
+    match values.next() {
+        // A value that ends exactly where the bytes do may be cut short (a number, `12` of
+        // `1234`), so it is only taken once a byte after it, or the end of the body, is seen.
+        Some(Ok(v)) if finished || values.byte_offset() < data.len() => {
+            Attempt::Done(v, values.byte_offset())
+        }
+        Some(Ok(_)) => Attempt::Wait,
+        // Not only EOF errors come from a cut: `2.` and `1e` are "invalid number"s, so a syntax
+        // error at the last byte also waits (if it is real, it is met again with more bytes).
+        Some(Err(e)) if !finished && (e.is_eof() || (e.is_syntax() && at_end(data, &e))) => {
+            Attempt::Wait
+        }
+        Some(Err(e)) => Attempt::Failed(e),
+        // Only reached for data made of whitespace, which the caller skips.
+        None => Attempt::Wait,
+    }
+}
+
+/// Whether serde's error `e` on `data` points at its last byte or past it.
+fn at_end(data: &[u8], e: &serde_json::Error) -> bool {
+    // serde_json counts lines from 1 and columns as bytes after the line's start.
+    let line_start = match e.line() {
+        0 | 1 => 0,
+        line => memchr::memchr_iter(b'\n', data)
+            .nth(line - 2)
+            .map_or(data.len(), |nl| nl + 1),
     };
-    let Ok(raw) = serde_json::from_slice::<ListPage<serde_json::Value>>(body) else {
-        return Err(error);
-    };
-    let mut page = ListPage::new(raw.metadata, Vec::with_capacity(raw.items.len()));
-    for item in raw.items {
-        match K::deserialize(&item) {
-            Ok(obj) => page.items.push(map(obj)),
-            Err(error) => {
-                let peek = PeekObject::deserialize(&item).unwrap_or_default();
-                page.undecodable.push(peek.into_undecodable(
-                    String::new(),
-                    DecodeError {
-                        what: "list item",
-                        error,
-                    },
-                ));
+    line_start + e.column() + 1 >= data.len()
+}
+
+impl<K: DeserializeOwned, T> ListParser<K, T> {
+    /// Decodes what it can of `data` (the bytes after those already consumed) and returns how
+    /// many bytes it consumed. With `finished`, `data` is the rest of the body and must complete
+    /// the list.
+    fn run(
+        &mut self,
+        data: &[u8],
+        finished: bool,
+        map: &mut dyn FnMut(K) -> T,
+    ) -> Result<usize, DecodeError> {
+        if self.state == State::Failed {
+            return Err(structure_error(
+                "list decoder used after an error",
+                self.offset,
+            ));
+        }
+        let mut i = 0;
+        let result = self.run_from(data, &mut i, finished, map);
+        self.offset += i as u64;
+        if result.is_err() {
+            self.state = State::Failed;
+        }
+        result.map(|()| i)
+    }
+
+    fn run_from(
+        &mut self,
+        data: &[u8],
+        i: &mut usize,
+        finished: bool,
+        map: &mut dyn FnMut(K) -> T,
+    ) -> Result<(), DecodeError> {
+        loop {
+            while data.get(*i).is_some_and(u8::is_ascii_whitespace) {
+                *i += 1;
+            }
+            let at = self.offset + *i as u64;
+            let Some(&byte) = data.get(*i) else {
+                return match (finished, self.state) {
+                    (false, _) | (true, State::Done) => Ok(()),
+                    (true, _) => Err(structure_error("EOF while parsing the list", at)),
+                };
+            };
+            // Structural bytes are taken by hand; values go to serde below.
+            let next = match (self.state, byte) {
+                (State::Start, b'{') => State::FirstKey,
+                (State::Start, _) => {
+                    return Err(structure_error("expected `{` at the start of a list", at));
+                }
+                (State::FirstKey, b'}') => State::Done,
+                (State::FirstKey | State::Key, b'"') => {
+                    match self.value::<FieldName>(&data[*i..], finished, "list", at)? {
+                        Some((field, len)) => {
+                            *i += len;
+                            self.state = State::Colon(field);
+                            continue;
+                        }
+                        None => return Ok(()),
+                    }
+                }
+                (State::FirstKey, _) => {
+                    return Err(structure_error("expected a field name or `}`", at));
+                }
+                (State::Key, _) => return Err(structure_error("expected a field name", at)),
+                (State::Colon(field), b':') => State::Value(field),
+                (State::Colon(_), _) => {
+                    return Err(structure_error("expected `:` after a field name", at));
+                }
+                (State::Value(FieldName::Items), b'[') => State::FirstItem,
+                (State::Value(field), _) => {
+                    let rest = &data[*i..];
+                    let len = match field {
+                        FieldName::Metadata => self
+                            .value::<ListMeta>(rest, finished, "list", at)?
+                            .map(|(meta, len)| {
+                                self.metadata = Some(meta);
+                                len
+                            }),
+                        FieldName::Items => self
+                            .value::<NullItems>(rest, finished, "list", at)?
+                            .map(|(NullItems, len)| len),
+                        FieldName::Other => self
+                            .value::<IgnoredAny>(rest, finished, "list", at)?
+                            .map(|(IgnoredAny, len)| len),
+                    };
+                    let Some(len) = len else { return Ok(()) };
+                    *i += len;
+                    self.state = State::AfterValue;
+                    continue;
+                }
+                (State::AfterValue, b',') => State::Key,
+                (State::AfterValue, b'}') => State::Done,
+                (State::AfterValue, _) => {
+                    return Err(structure_error(
+                        "expected `,` or `}` after a field of the list",
+                        at,
+                    ));
+                }
+                (State::FirstItem, b']') => State::AfterValue,
+                (State::FirstItem | State::Item, _) => {
+                    match self.item(&data[*i..], finished, at, map)? {
+                        Some(len) => {
+                            *i += len;
+                            self.state = State::AfterItem;
+                            continue;
+                        }
+                        None => return Ok(()),
+                    }
+                }
+                (State::AfterItem, b',') => State::Item,
+                (State::AfterItem, b']') => State::AfterValue,
+                (State::AfterItem, _) => {
+                    return Err(structure_error("expected `,` or `]` after a list item", at));
+                }
+                (State::Done, _) => {
+                    return Err(structure_error("trailing characters after the list", at));
+                }
+                (State::Failed, _) => unreachable!("run refuses a failed parser"),
+            };
+            *i += 1;
+            self.state = next;
+        }
+    }
+
+    /// Whether enough is buffered to try a value now (see [`LIST_DECODER_MARGIN`]).
+    fn ready(&self, data: &[u8], finished: bool) -> bool {
+        finished || data.len() >= self.retry_at
+    }
+
+    /// Decodes one value at the start of `data`; `None` means wait for more bytes.
+    fn value<V: DeserializeOwned>(
+        &mut self,
+        data: &[u8],
+        finished: bool,
+        what: &'static str,
+        at: u64,
+    ) -> Result<Option<(V, usize)>, DecodeError> {
+        if !self.ready(data, finished) {
+            return Ok(None);
+        }
+        match attempt::<V>(data, finished) {
+            Attempt::Done(v, len) => {
+                self.retry_at = self.margin;
+                Ok(Some((v, len)))
+            }
+            Attempt::Wait => {
+                self.retry_at = self.margin.max(data.len().saturating_mul(2));
+                Ok(None)
+            }
+            Attempt::Failed(error) => Err(DecodeError {
+                what,
+                error,
+                offset: Some(at),
+            }),
+        }
+    }
+
+    /// Decodes the item at the start of `data` into `items` (or `undecodable`) and returns its
+    /// length; `None` means wait for more bytes.
+    fn item(
+        &mut self,
+        data: &[u8],
+        finished: bool,
+        at: u64,
+        map: &mut dyn FnMut(K) -> T,
+    ) -> Result<Option<usize>, DecodeError> {
+        if !self.ready(data, finished) {
+            return Ok(None);
+        }
+        let error = match attempt::<K>(data, finished) {
+            Attempt::Done(obj, len) => {
+                self.retry_at = self.margin;
+                self.items.push(map(obj));
+                return Ok(Some(len));
+            }
+            Attempt::Wait => {
+                self.retry_at = self.margin.max(data.len().saturating_mul(2));
+                return Ok(None);
+            }
+            // Well-formed JSON of another shape (for example a custom resource written under a
+            // newer schema): skip it below rather than fail the whole list.
+            Attempt::Failed(error) if error.is_data() => error,
+            Attempt::Failed(error) => {
+                return Err(DecodeError {
+                    what: "list",
+                    error,
+                    offset: Some(at),
+                });
+            }
+        };
+        let Some((IgnoredAny, len)) = self.value::<IgnoredAny>(data, finished, "list", at)? else {
+            return Ok(None);
+        };
+        let peek = serde_json::from_slice::<PeekObject>(&data[..len]).unwrap_or_default();
+        self.undecodable.push(peek.into_undecodable(
+            String::new(),
+            DecodeError {
+                what: "list item",
+                error,
+                offset: Some(at),
+            },
+        ));
+        Ok(Some(len))
+    }
+}
+
+/// A non-array `items` value: only `null` is accepted.
+struct NullItems;
+
+impl<'de> Deserialize<'de> for NullItems {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NullItems;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of objects or null")
+            }
+            fn visit_none<E: de::Error>(self) -> Result<NullItems, E> {
+                Ok(NullItems)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<NullItems, E> {
+                Ok(NullItems)
             }
         }
-    }
-    Ok(page)
-}
-
-/// Decodes a list page, mapping each item as it is decoded.
-struct PageSeed<'m, K, T> {
-    map: &'m mut dyn FnMut(K) -> T,
-}
-
-impl<'de, K: DeserializeOwned, T> de::DeserializeSeed<'de> for PageSeed<'_, K, T> {
-    type Value = ListPage<T>;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de, K: DeserializeOwned, T> Visitor<'de> for PageSeed<'_, K, T> {
-    type Value = ListPage<T>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a Kubernetes list object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut metadata = None;
-        let mut items = Vec::new();
-        while let Some(key) = map.next_key::<FieldName>()? {
-            match key {
-                FieldName::Metadata => metadata = Some(map.next_value()?),
-                FieldName::Items => {
-                    map.next_value_seed(ItemsSeed {
-                        map: &mut *self.map,
-                        out: &mut items,
-                    })?;
-                }
-                FieldName::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(ListPage::new(metadata.unwrap_or_default(), items))
-    }
-}
-
-/// The `items` array (or `null`), mapped element by element.
-struct ItemsSeed<'m, 'o, K, T> {
-    map: &'m mut dyn FnMut(K) -> T,
-    out: &'o mut Vec<T>,
-}
-
-impl<'de, K: DeserializeOwned, T> de::DeserializeSeed<'de> for ItemsSeed<'_, '_, K, T> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_option(self)
-    }
-}
-
-impl<'de, K: DeserializeOwned, T> Visitor<'de> for ItemsSeed<'_, '_, K, T> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of objects or null")
-    }
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        Ok(())
-    }
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_seq(self)
-    }
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        if let Some(n) = seq.size_hint() {
-            self.out.reserve(n);
-        }
-        while let Some(item) = seq.next_element::<K>()? {
-            self.out.push((self.map)(item));
-        }
-        Ok(())
+        deserializer.deserialize_option(V)
     }
 }
 
@@ -569,6 +962,7 @@ pub fn decode_watch_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent
     serde_json::from_slice(line).map_err(|error| DecodeError {
         what: "watch event",
         error,
+        offset: None,
     })
 }
 
@@ -780,13 +1174,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn list_keeps_decodable_items_and_reports_the_others() {
-        let body = br#"{"metadata":{"resourceVersion":"9"},"items":[
-            {"metadata":{"name":"a","namespace":"n","resourceVersion":"3"},"data":{"k":"v"}},
-            {"metadata":{"name":"b","namespace":"n","resourceVersion":"4"},"data":"not a map"},
-            {"metadata":{"name":"c","namespace":"n","resourceVersion":"5"}}]}"#;
-        let page = decode_list::<ConfigMap>(body).unwrap();
+    /// Asserts that of items `a`, `b` and `c`, only `n/b` (at resourceVersion 4) was reported.
+    fn only_b_is_undecodable(page: &ListPage<ConfigMap>) -> &UndecodableObject {
         let names: Vec<_> = page
             .items
             .iter()
@@ -797,6 +1186,17 @@ mod tests {
         let u = &page.undecodable[0];
         assert_eq!(u.key.as_ref().map(|k| k.as_str()), Some("n/b"));
         assert_eq!(u.resource_version.as_deref(), Some("4"));
+        u
+    }
+
+    #[test]
+    fn list_keeps_decodable_items_and_reports_the_others() {
+        let body = br#"{"metadata":{"resourceVersion":"9"},"items":[
+            {"metadata":{"name":"a","namespace":"n","resourceVersion":"3"},"data":{"k":"v"}},
+            {"metadata":{"name":"b","namespace":"n","resourceVersion":"4"},"data":"not a map"},
+            {"metadata":{"name":"c","namespace":"n","resourceVersion":"5"}}]}"#;
+        let page = decode_list::<ConfigMap>(body).unwrap();
+        let u = only_b_is_undecodable(&page);
         assert!(!u.to_string().contains("not a map"), "{u}");
     }
 
@@ -834,5 +1234,202 @@ mod tests {
         assert!(
             decode_list_map::<ConfigMap, ()>(br#"{"items":[]} trailing"#, &mut |_| ()).is_err()
         );
+    }
+
+    /// What a page decodes to, comparable across decodings.
+    fn summary(page: &ListPage<ConfigMap>) -> (ListMeta, Vec<ConfigMap>, Vec<Option<String>>) {
+        (
+            page.metadata.clone(),
+            page.items.clone(),
+            page.undecodable
+                .iter()
+                .map(|u| u.key.as_ref().map(|k| k.as_str().to_owned()))
+                .collect(),
+        )
+    }
+
+    fn decode_chunks<'a>(
+        chunks: impl IntoIterator<Item = &'a [u8]>,
+        margin: usize,
+    ) -> Result<ListPage<ConfigMap>, DecodeError> {
+        let mut d = ListDecoder::<ConfigMap, ConfigMap>::with_margin(margin);
+        for c in chunks {
+            d.push(c, &mut |k| k)?;
+        }
+        d.finish(&mut |k| k)
+    }
+
+    const SMALL_LIST: &[u8] = br#" { "kind" : "ConfigMapList", "apiVersion":"v1",
+        "items" : [ {"metadata":{"name":"a","namespace":"n","resourceVersion":"3"},"data":{"k":"v"}} ,
+          {"metadata":{"name":"b","namespace":"n","resourceVersion":"4"},"data":"not a map"},
+          {"metadata":{"name":"c","resourceVersion":"12345"}}
+        ] , "metadata" : {"resourceVersion":"9","continue":"x"}, "extra": [1, 2.5e3, -7, {"z":null}], "n": 1234 }
+    "#;
+
+    #[test]
+    fn list_split_at_every_point_decodes_as_the_whole_body() {
+        let whole = summary(&decode_list::<ConfigMap>(SMALL_LIST).unwrap());
+        assert_eq!(whole.1.len(), 2);
+        assert_eq!(whole.2, [Some("n/b".to_owned())]);
+        for margin in [0, 1, 7, 64] {
+            for split in 0..=SMALL_LIST.len() {
+                let (a, b) = SMALL_LIST.split_at(split);
+                let page = decode_chunks([a, b], margin).unwrap();
+                assert_eq!(summary(&page), whole, "split {split} margin {margin}");
+            }
+        }
+    }
+
+    #[test]
+    fn list_in_random_chunks_decodes_as_the_whole_body() {
+        let whole = summary(&decode_list::<ConfigMap>(SMALL_LIST).unwrap());
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..500 {
+            let mut chunks = Vec::new();
+            let mut rest = SMALL_LIST;
+            while !rest.is_empty() {
+                let (c, r) = rest.split_at(rng.usize(0..=rest.len().min(20)));
+                chunks.push(c);
+                rest = r;
+            }
+            let page = decode_chunks(chunks, rng.usize(0..100)).unwrap();
+            assert_eq!(summary(&page), whole);
+        }
+    }
+
+    #[test]
+    fn list_metadata_may_follow_items_and_unknown_keys_and_whitespace_are_skipped() {
+        let body = b"\n\t{ \"unknown\" : { \"items\" : [1] , \"metadata\" : 5 } ,\r\n \"items\" :\n[ ] ,\
+            \"items\" : [ { \"metadata\" : { \"name\" : \"a\" } } ] , \"metadata\" :\t{ \"resourceVersion\" : \"5\" } } \n";
+        for chunk in [1, 2, 3, body.len()] {
+            let page = decode_chunks(body.chunks(chunk), 0).unwrap();
+            assert_eq!(page.metadata.resource_version.as_deref(), Some("5"));
+            assert_eq!(page.items.len(), 1, "chunk {chunk}");
+            assert_eq!(page.items[0].metadata.name.as_deref(), Some("a"));
+        }
+        for body in [&b"{}"[..], br#"{"items":null}"#, br#"{"metadata":{}}"#] {
+            let page = decode_chunks(body.chunks(1), 0).unwrap();
+            assert!(page.items.is_empty());
+        }
+    }
+
+    #[test]
+    fn item_larger_than_the_margin_split_across_many_chunks_is_decoded() {
+        let big = "x".repeat(3 * 1024 * 1024);
+        let body = format!(
+            r#"{{"metadata":{{"resourceVersion":"1"}},"items":[{{"metadata":{{"name":"small"}}}},{{"metadata":{{"name":"big"}},"data":{{"k":"{big}"}}}},{{"metadata":{{"name":"after"}}}}]}}"#
+        );
+        let mut calls = 0;
+        let mut d = ListDecoder::<ConfigMap, String>::new();
+        let mut map = |cm: ConfigMap| {
+            calls += 1;
+            cm.metadata.name.unwrap()
+        };
+        for chunk in body.as_bytes().chunks(16 * 1024) {
+            d.push(chunk, &mut map).unwrap();
+            // The window never holds much more than the item being decoded.
+            assert!(d.buf.len() <= big.len() + 2 * COMPACT_AT, "{}", d.buf.len());
+        }
+        let page = d.finish(&mut map).unwrap();
+        assert_eq!(page.items, ["small", "big", "after"]);
+        assert_eq!(calls, 3);
+    }
+
+    #[test]
+    fn long_list_is_decoded_while_it_arrives_within_a_bounded_window() {
+        let item = r#"{"metadata":{"name":"n","namespace":"ns"},"data":{"k":"0123456789abcdef0123456789abcdef"}}"#;
+        let count = 100_000;
+        let body = format!(
+            r#"{{"items":[{}],"metadata":{{"resourceVersion":"3"}}}}"#,
+            vec![item; count].join(",")
+        );
+        assert!(body.len() > 8 * 1024 * 1024);
+        let mut seen = 0;
+        let mut d = ListDecoder::<ConfigMap, ()>::new();
+        let mut map = |_| seen += 1;
+        let mut max_window = 0;
+        for chunk in body.as_bytes().chunks(16 * 1024) {
+            d.push(chunk, &mut map).unwrap();
+            max_window = max_window.max(d.buf.capacity());
+        }
+        let page = d.finish(&mut map).unwrap();
+        assert_eq!((page.items.len(), seen), (count, count));
+        assert!(
+            max_window <= 2 * (COMPACT_AT + LIST_DECODER_MARGIN),
+            "window grew to {max_window}"
+        );
+    }
+
+    #[test]
+    fn undecodable_item_in_a_chunked_body_is_reported_and_the_rest_kept() {
+        let body = br#"{"metadata":{"resourceVersion":"9"},"items":[
+            {"metadata":{"name":"a","namespace":"n","resourceVersion":"3"}},
+            {"metadata":{"name":"b","namespace":"n","resourceVersion":"4"},"data":{"k":["c4n4ry"]}},
+            {"metadata":{"name":"c","namespace":"n","resourceVersion":"5"}}]}"#;
+        for chunk in [1, 5, 33] {
+            let page = decode_chunks(body.chunks(chunk), 0).unwrap();
+            let u = only_b_is_undecodable(&page);
+            assert!(u.error.body_offset().is_some());
+            assert!(!format!("{u} {u:?}").contains("c4n4ry"), "{u}");
+        }
+    }
+
+    #[test]
+    fn truncated_list_is_an_error_not_a_short_list() {
+        let whole = decode_list::<ConfigMap>(SMALL_LIST).unwrap();
+        assert_eq!(whole.items.len(), 2);
+        let end = SMALL_LIST.iter().rposition(|&b| b == b'}').unwrap();
+        for cut in 0..=end {
+            let body = &SMALL_LIST[..cut];
+            for margin in [0, 1000] {
+                let err = decode_chunks(body.chunks(3), margin).unwrap_err();
+                assert!(!err.to_string().contains("not a map"), "{err}");
+            }
+            assert!(decode_list::<ConfigMap>(body).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn trailing_garbage_and_malformed_structure_are_errors() {
+        for body in [
+            &br#"{"items":[]} x"#[..],
+            br#"{"items":[]}{}"#,
+            br#"[]"#,
+            br#""list""#,
+            br#"{"items":[],}"#,
+            br#"{"items":[{}}"#,
+            br#"{"items":[{},]}"#,
+            br#"{"items" []}"#,
+            br#"{items:[]}"#,
+            br#"{"items":{}}"#,
+            br#"{"items":5}"#,
+            br#"{"metadata":null}"#,
+            br#"{"items":[{"metadata":{"name":"a"}} {}]}"#,
+            br#"{"n":12x}"#,
+            b"",
+            b"  ",
+        ] {
+            for chunk in [1, 2, body.len().max(1)] {
+                assert!(
+                    decode_chunks(body.chunks(chunk), 0).is_err(),
+                    "{} in chunks of {chunk}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+            assert!(decode_list::<ConfigMap>(body).is_err());
+        }
+        let err = decode_list::<ConfigMap>(br#"{"items":[]} x"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot decode list at body byte 13: trailing characters after the list"
+        );
+    }
+
+    #[test]
+    fn decoder_is_spent_after_an_error() {
+        let mut d = ListDecoder::<ConfigMap, ConfigMap>::with_margin(0);
+        assert!(d.push(b"[", &mut |k| k).is_err());
+        assert!(d.push(b"{}", &mut |k| k).is_err());
+        assert!(d.finish(&mut |k| k).is_err());
     }
 }

@@ -16,8 +16,7 @@ use crate::fifo::ListItem;
 
 use super::{
     decode::{
-        LineFramer, ListPage, WatchEvent, decode_list, decode_list_map, decode_watch_event,
-        undecodable_event,
+        LineFramer, ListDecoder, ListPage, WatchEvent, decode_watch_event, undecodable_event,
     },
     error::ListWatchError,
 };
@@ -67,7 +66,8 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// changed rather than a second full copy.
     ///
     /// The default calls [`list`](Self::list) and maps the finished page; implementations that
-    /// decode incrementally (as [`ApiListerWatcher`] does) should override it.
+    /// decode incrementally (as [`ApiListerWatcher`] does, feeding each received chunk to a
+    /// [`ListDecoder`](super::decode::ListDecoder)) should override it.
     fn list_reusing<'a>(
         &'a self,
         options: ListOptions,
@@ -100,7 +100,9 @@ pub type Prepare<'a, K> = &'a (dyn Fn(K) -> ListItem<K> + Send + Sync);
 /// `#[derive(CustomResource)]` types), [`DynamicObject`](kube::api::DynamicObject)s with an
 /// [`ApiResource`](kube::api::ApiResource), and metadata-only [`PartialObjectMeta<K>`].
 ///
-/// Bodies are decoded straight from the received bytes (see the `decode` notes in the crate docs).
+/// Bodies are decoded straight from the received bytes as they arrive: a list response is never
+/// held whole, only a window of about a megabyte of it (see
+/// [`ListDecoder`](super::decode::ListDecoder)).
 ///
 /// ```no_run
 /// use k8s_openapi::api::core::v1::Pod;
@@ -229,8 +231,11 @@ impl<K> ApiListerWatcher<K> {
             .map_err(|e| ListWatchError::Request(kube::Error::HttpError(e)))
     }
 
-    /// Sends one list request and collects its body.
-    async fn fetch_list(&self, options: &ListOptions) -> Result<Bytes, ListWatchError> {
+    /// Sends one list request; the caller streams the body.
+    async fn send_list(
+        &self,
+        options: &ListOptions,
+    ) -> Result<http::Response<kube::client::Body>, ListWatchError> {
         let mut q = self.query(false);
         if let Some(limit) = options.limit {
             q.pair("limit", &limit.to_string());
@@ -251,13 +256,7 @@ impl<K> ApiListerWatcher<K> {
                 }
             }
         }
-        let res = self.send(self.request(q.finish(), false)?).await?;
-        Ok(res
-            .into_body()
-            .collect()
-            .await
-            .map_err(ListWatchError::Request)?
-            .to_bytes())
+        self.send(self.request(q.finish(), false)?).await
     }
 
     async fn send(
@@ -285,12 +284,12 @@ impl<K> ApiListerWatcher<K> {
 
 impl<K> ListerWatcher<K> for ApiListerWatcher<K>
 where
-    K: DeserializeOwned + Send + 'static,
+    K: DeserializeOwned + Send + Sync + 'static,
 {
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         async move {
-            let body = self.fetch_list(&options).await?;
-            Ok(decode_list::<K>(&body)?)
+            let res = self.send_list(&options).await?;
+            decode_list_body(res.into_body().into_data_stream(), |k| k).await
         }
         .boxed()
     }
@@ -304,10 +303,8 @@ where
         K: Send + 'a,
     {
         async move {
-            let body = self.fetch_list(&options).await?;
-            Ok(decode_list_map::<K, ListItem<K>>(&body, &mut |k| {
-                prepare(k)
-            })?)
+            let res = self.send_list(&options).await?;
+            decode_list_body(res.into_body().into_data_stream(), prepare).await
         }
         .boxed()
     }
@@ -333,6 +330,24 @@ where
         }
         .boxed()
     }
+}
+
+/// Decodes a list response body chunk by chunk as it arrives, so only a small window of it is
+/// held (see [`ListDecoder`]) rather than the whole body next to the decoded objects.
+async fn decode_list_body<K, T, S>(
+    body: S,
+    mut map: impl FnMut(K) -> T + Send,
+) -> Result<ListPage<T>, ListWatchError>
+where
+    K: DeserializeOwned,
+    S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send,
+{
+    let mut body = std::pin::pin!(body);
+    let mut decoder = ListDecoder::<K, T>::new();
+    while let Some(chunk) = body.next().await {
+        decoder.push(&chunk.map_err(ListWatchError::Request)?, &mut map)?;
+    }
+    Ok(decoder.finish(&mut map)?)
 }
 
 /// Frames a watch body into lines and decodes each into an event.
@@ -471,5 +486,33 @@ mod tests {
             br#"{"kind":"Status","code":410,"reason":"Expired","message":"too old"}"#,
         );
         assert_eq!((s.code, s.reason.as_str()), (410, "Expired"));
+    }
+
+    #[tokio::test]
+    async fn list_body_is_decoded_chunk_by_chunk_and_a_read_error_fails_the_list() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let body = br#"{"metadata":{"resourceVersion":"8"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#;
+        let chunks = || body.chunks(5).map(|c| Ok(Bytes::copy_from_slice(c)));
+        let page = decode_list_body::<ConfigMap, _, _>(futures::stream::iter(chunks()), |k| k)
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), 2);
+        assert_eq!(page.metadata.resource_version.as_deref(), Some("8"));
+
+        let cut = chunks()
+            .take(4)
+            .chain(std::iter::once(Err(kube::Error::ReadEvents(
+                std::io::Error::other("connection reset"),
+            ))));
+        let err = decode_list_body::<ConfigMap, _, _>(futures::stream::iter(cut), |k| k)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ListWatchError::Request(_)), "{err:?}");
+        // A body that just ends early is a decode error, not a short list.
+        let short = chunks().take(10);
+        let err = decode_list_body::<ConfigMap, _, _>(futures::stream::iter(short), |k| k)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ListWatchError::Decode(_)), "{err:?}");
     }
 }
