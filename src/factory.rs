@@ -408,7 +408,7 @@ impl SharedInformerFactory {
             .all(|e| e.informer.has_synced())
     }
 
-    /// Stops every informer and waits for all their tasks and handler threads to finish
+    /// Stops every informer and waits for their tasks and every handler task and thread to finish
     /// (client-go `Shutdown`). Informers requested afterwards never start.
     pub async fn shutdown(&self) {
         *self.inner.shut_down.lock() = true;

@@ -7,7 +7,7 @@
 //! API server ─list/watch─▶ Reflector ─deltas─▶ DeltaFifo ─pop─▶ handle_deltas ─▶ Indexer ◀─ Lister
 //!                                                                     │
 //!                                                      SharedProcessor ─▶ one buffered listener
-//!                                                                         (own thread) per handler
+//!                                                                         (own task) per handler
 //!                                                                     │
 //!                                                    your handler ─▶ WorkQueue ─▶ your workers
 //! ```

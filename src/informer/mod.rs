@@ -18,7 +18,7 @@ use tokio::{sync::watch, task::JoinHandle};
 pub use handler::{
     Event, FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs,
 };
-use processor::{Listener, Processor, determine_resync_period};
+use processor::{Consumer, Listener, Processor, determine_resync_period};
 pub use registration::{EventStream, ResourceEventHandlerRegistration};
 
 use crate::{
@@ -89,8 +89,19 @@ pub struct HandlerOptions {
     /// not fall arbitrarily far behind and may hold the others back. Exception: the replay of
     /// the cache to a handler added after start is not bounded. A handler with a bounded buffer
     /// must not add handlers or indexers to its own informer from its callbacks (that waits for
-    /// the informer, which may be waiting for it).
+    /// the informer, which may be waiting for it). A handler with a bounded buffer always runs on
+    /// its own thread, as if [`Self::dedicated_thread`] were set: its back-pressure blocks the
+    /// informer, which must not wait on a task that may need the same worker to run.
     pub buffer_capacity: Option<usize>,
+    /// Run this handler on its own OS thread instead of as a task on the informer's runtime.
+    ///
+    /// By default (`false`) each handler is a tokio task, as each client-go handler is a
+    /// goroutine: handing a notification to a waiting task costs far less than waking a thread,
+    /// which is what most handlers (a few map lookups and a workqueue `add`) want. A handler that
+    /// blocks (synchronous I/O, long computation, `std::thread::sleep`, locks held by slow code)
+    /// would hold up a runtime worker and everything queued on it: give it its own thread. A
+    /// handler call that takes 100 ms or more on a task is logged once as a warning.
+    pub dedicated_thread: bool,
 }
 
 impl HandlerOptions {
@@ -98,6 +109,13 @@ impl HandlerOptions {
     #[must_use]
     pub fn resync_period(mut self, d: Duration) -> Self {
         self.resync_period = Some(d);
+        self
+    }
+
+    /// Sets [`Self::dedicated_thread`].
+    #[must_use]
+    pub fn dedicated_thread(mut self) -> Self {
+        self.dedicated_thread = true;
         self
     }
 
@@ -164,6 +182,8 @@ struct State<K> {
     fifo: Option<Arc<DeltaFifo<K>>>,
     reflector: Option<ReflectorStatus>,
     task: Option<JoinHandle<()>>,
+    /// The runtime `run` was called on, where handler tasks run; set when it starts.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl<K> SharedIndexInformer<K>
@@ -193,6 +213,7 @@ where
                     fifo: None,
                     reflector: None,
                     task: None,
+                    runtime: None,
                 }),
                 block_deltas: Mutex::new(()),
                 shutdown,
@@ -249,8 +270,12 @@ where
         let period = options
             .resync_period
             .unwrap_or_else(|| self.inner.state.lock().default_resync);
-        let listener =
-            self.add_listener(period, options.buffer_capacity, Some(Box::new(handler)))?;
+        let thread = options.dedicated_thread || options.buffer_capacity.is_some();
+        let listener = self.add_listener(
+            period,
+            options.buffer_capacity,
+            Some((Box::new(handler), thread)),
+        )?;
         Ok(ResourceEventHandlerRegistration::new(
             listener,
             Arc::downgrade(&self.inner),
@@ -273,7 +298,7 @@ where
         &self,
         requested: Duration,
         capacity: Option<usize>,
-        handler: Option<Box<dyn ResourceEventHandler<K>>>,
+        handler: Option<(Box<dyn ResourceEventHandler<K>>, bool)>,
     ) -> Result<Arc<Listener<K>>, InformerError> {
         let inner = &self.inner;
         let mut st = inner.state.lock();
@@ -299,14 +324,15 @@ where
         }
         let period = determine_resync_period(requested, st.resync_check_period);
         let listener = Listener::new(inner.processor.next_id(), requested, period, capacity);
-        if let Some(h) = handler {
-            // Before registration: a bounded buffer needs its consumer running.
+        if let Some((h, dedicated_thread)) = handler {
+            // Before registration: a bounded buffer needs its consumer running. Before start a
+            // task waits for the informer's runtime (see `prepare`).
             let name = format!(
                 "informer-{}-handler-{}",
                 short_type_name::<K>(),
                 listener.id
             );
-            listener.spawn_handler(h, name);
+            listener.start_handler(h, name, dedicated_thread, st.runtime.as_ref());
         }
         if !st.started {
             inner.processor.add(listener.clone());
@@ -326,8 +352,8 @@ where
         Ok(listener)
     }
 
-    /// Removes a handler (client-go `RemoveEventHandler`); its thread finishes the notification
-    /// in hand and stops. Removing twice is harmless.
+    /// Removes a handler (client-go `RemoveEventHandler`); it finishes the notification in hand
+    /// and stops. Removing twice is harmless.
     pub fn remove_event_handler(&self, registration: &ResourceEventHandlerRegistration<K>) {
         self.inner.remove_listener(registration.id());
     }
@@ -480,8 +506,7 @@ where
             () = process => {}
         }
         fifo.close();
-        let threads = inner.processor.stop_all();
-        join_threads(threads).await;
+        join_consumers(inner.processor.stop_all()).await;
         inner.state.lock().stopped = true;
     }
 
@@ -511,9 +536,12 @@ where
             reflector = reflector.with_error_handler(h);
         }
         let now = tokio::time::Instant::now();
+        let runtime = tokio::runtime::Handle::current();
         for l in inner.processor.all() {
             l.start_resync_clock(now);
+            l.start_deferred(&runtime);
         }
+        st.runtime = Some(runtime);
         st.reflector = Some(reflector.status());
         st.fifo = Some(fifo.clone());
         Some((fifo, reflector))
@@ -535,7 +563,7 @@ where
             let _ = t.await;
         }
         if never_ran {
-            join_threads(self.inner.processor.stop_all()).await;
+            join_consumers(self.inner.processor.stop_all()).await;
             return;
         }
         // A `run` driven by the caller: wait until it has wound down.
@@ -631,14 +659,24 @@ impl<K> Inner<K> {
 
 impl<K> Drop for Inner<K> {
     fn drop(&mut self) {
-        // Handler threads hold only their queue: closing it lets them exit on their own.
+        // Handler tasks and threads hold only their queue: closing it lets them exit on their own.
         self.shutdown.send_replace(true);
         drop(self.processor.stop_all());
     }
 }
 
-/// Joins handler threads off the runtime: a handler may be in the middle of slow work.
-async fn join_threads(threads: Vec<std::thread::JoinHandle<()>>) {
+/// Waits for handler consumers: tasks by awaiting them, threads off the runtime (a handler may
+/// be in the middle of slow work).
+async fn join_consumers(consumers: Vec<Consumer>) {
+    let mut threads = Vec::new();
+    for c in consumers {
+        match c {
+            // A task ends with its queue closed; an error here is its cancellation at runtime
+            // shutdown, after which there is nothing left to wait for.
+            Consumer::Task(t) => drop(t.await),
+            Consumer::Thread(t) => threads.push(t),
+        }
+    }
     if threads.is_empty() {
         return;
     }

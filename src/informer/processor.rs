@@ -1,5 +1,6 @@
 //! The shared processor: fans notifications out to listeners, each with its own buffer and its
-//! own thread (client-go `sharedProcessor` / `processorListener`).
+//! own consumer: a tokio task, or an OS thread for handlers that block (client-go
+//! `sharedProcessor` / `processorListener`, whose consumers are goroutines).
 
 use std::{
     collections::VecDeque,
@@ -8,7 +9,6 @@ use std::{
         Arc,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
-    thread::JoinHandle,
     time::Duration,
 };
 
@@ -21,7 +21,7 @@ use super::handler::{Event, ResourceEventHandler};
 const INITIAL_BUFFER: usize = 1024;
 
 /// A listener's queue: an unbounded ring buffer, woken by a condvar (thread consumers) or a
-/// `Notify` (stream consumers).
+/// `Notify` (task and stream consumers).
 pub(crate) struct ListenerQueue<K> {
     state: Mutex<QueueState<K>>,
     cond: Condvar,
@@ -34,6 +34,8 @@ pub(crate) struct ListenerQueue<K> {
     initial_pending: AtomicUsize,
     /// Buffered plus in-flight notifications.
     pending: AtomicUsize,
+    /// Mirrors `QueueState::closed`, so a consumer can check it per notification without the lock.
+    closed: AtomicBool,
 }
 
 struct QueueState<K> {
@@ -57,6 +59,7 @@ impl<K> ListenerQueue<K> {
             notify: Notify::new(),
             initial_pending: AtomicUsize::new(0),
             pending: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -106,6 +109,7 @@ impl<K> ListenerQueue<K> {
         let dropped: Vec<_> = {
             let mut st = self.state.lock();
             st.closed = true;
+            self.closed.store(true, Ordering::Release);
             st.buf.drain(..).collect()
         };
         for ev in &dropped {
@@ -142,6 +146,24 @@ impl<K> ListenerQueue<K> {
         }
     }
 
+    /// Takes every buffered notification without blocking: `None` once closed, else whether
+    /// anything was taken. The task consumer's half of [`take_blocking`](Self::take_blocking).
+    fn try_take(&self, into: &mut VecDeque<Event<K>>) -> Option<bool> {
+        let mut st = self.state.lock();
+        if st.closed {
+            return None;
+        }
+        if st.buf.is_empty() {
+            return Some(false);
+        }
+        std::mem::swap(&mut st.buf, into);
+        Some(true)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Takes the next notification without blocking; `Err(())` once closed.
     pub(crate) fn try_pop(&self) -> Result<Option<Event<K>>, ()> {
         let mut st = self.state.lock();
@@ -168,13 +190,28 @@ impl<K> ListenerQueue<K> {
     }
 }
 
-/// One registered consumer: its queue, its resync schedule, and its thread (for handlers).
+/// A handler's consumer, once started.
+pub(crate) enum Consumer {
+    /// The default: a task on the informer's runtime.
+    Task(tokio::task::JoinHandle<()>),
+    /// [`HandlerOptions::dedicated_thread`](super::HandlerOptions::dedicated_thread).
+    Thread(std::thread::JoinHandle<()>),
+}
+
+/// A handler registered before the informer runs: its task starts on the informer's runtime.
+struct Deferred<K> {
+    handler: Box<dyn ResourceEventHandler<K>>,
+    name: String,
+}
+
+/// One registered consumer: its queue, its resync schedule, and its handler's consumer.
 pub(crate) struct Listener<K> {
     pub(crate) id: u64,
     pub(crate) queue: Arc<ListenerQueue<K>>,
     requested_resync: Duration,
     resync: Mutex<ResyncState>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    consumer: Mutex<Option<Consumer>>,
+    deferred: Mutex<Option<Deferred<K>>>,
     /// Set when the listener is due for the resync the informer is running now.
     syncing: AtomicBool,
 }
@@ -186,10 +223,11 @@ struct ResyncState {
 }
 
 impl<K> Listener<K> {
-    /// Closes the queue; hands back the handler thread to join.
-    pub(crate) fn stop(&self) -> Option<JoinHandle<()>> {
+    /// Closes the queue; hands back the handler's consumer to wait for.
+    pub(crate) fn stop(&self) -> Option<Consumer> {
         self.queue.close();
-        self.thread.lock().take()
+        drop(self.deferred.lock().take());
+        self.consumer.lock().take()
     }
 }
 
@@ -208,31 +246,79 @@ impl<K> Listener<K> {
                 period: resync_period,
                 next: None,
             }),
-            thread: Mutex::new(None),
+            consumer: Mutex::new(None),
+            deferred: Mutex::new(None),
             syncing: AtomicBool::new(false),
         })
     }
 
-    /// Starts the handler's own thread.
-    pub(crate) fn spawn_handler(&self, mut handler: Box<dyn ResourceEventHandler<K>>, name: String)
+    /// Starts the handler's consumer: its own OS thread, or a task on `runtime`; with no runtime
+    /// yet (the informer has not started), the task starts with [`start_deferred`](Self::start_deferred).
+    pub(crate) fn start_handler(
+        &self,
+        handler: Box<dyn ResourceEventHandler<K>>,
+        name: String,
+        dedicated_thread: bool,
+        runtime: Option<&tokio::runtime::Handle>,
+    ) where
+        K: Send + Sync + 'static,
+    {
+        if dedicated_thread {
+            self.spawn_thread(handler, name);
+        } else if let Some(rt) = runtime {
+            self.spawn_task(handler, name, rt);
+        } else {
+            *self.deferred.lock() = Some(Deferred { handler, name });
+        }
+    }
+
+    /// Starts the task of a handler registered before the informer ran.
+    pub(crate) fn start_deferred(&self, runtime: &tokio::runtime::Handle)
     where
         K: Send + Sync + 'static,
     {
+        let deferred = self.deferred.lock().take();
+        if let Some(Deferred { handler, name }) = deferred {
+            self.spawn_task(handler, name, runtime);
+        }
+    }
+
+    fn spawn_task(
+        &self,
+        mut handler: Box<dyn ResourceEventHandler<K>>,
+        name: String,
+        runtime: &tokio::runtime::Handle,
+    ) where
+        K: Send + Sync + 'static,
+    {
         let queue = self.queue.clone();
-        let spawned = std::thread::Builder::new().name(name.clone()).spawn(move || {
+        let task = runtime.spawn(async move {
             let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
-            while queue.take_blocking(&mut batch) {
-                while let Some(ev) = batch.pop_front() {
-                    let res = std::panic::catch_unwind(AssertUnwindSafe(|| ev.dispatch(&mut *handler)));
-                    if let Err(panic) = res {
-                        let msg = panic
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "non-string panic".to_owned());
-                        tracing::error!(handler = %name, panic = %msg, "event handler panicked; continuing with the next event");
+            let mut slow = SlowHandlerWarning::default();
+            loop {
+                // Registered before looking, so a push between the look and the wait is not
+                // missed (`notify_one` leaves a permit when nobody waits).
+                let notified = queue.notified();
+                match queue.try_take(&mut batch) {
+                    None => break,
+                    Some(false) => {
+                        notified.await;
+                        continue;
                     }
+                    Some(true) => {}
+                }
+                while let Some(ev) = batch.pop_front() {
+                    if queue.is_closed() {
+                        queue.finished(&ev);
+                        continue;
+                    }
+                    let started = std::time::Instant::now();
+                    handle_one(&mut *handler, &ev, &name);
+                    slow.check(started.elapsed(), &name);
                     queue.finished(&ev);
+                    // A long batch of quick handler calls must not starve the reflector and the
+                    // other handlers sharing this worker thread.
+                    tokio::task::consume_budget().await;
                 }
             }
             // Closed: whatever was taken but not handled is dropped, as client-go drops the
@@ -241,8 +327,32 @@ impl<K> Listener<K> {
                 queue.finished(&ev);
             }
         });
+        *self.consumer.lock() = Some(Consumer::Task(task));
+    }
+
+    fn spawn_thread(&self, mut handler: Box<dyn ResourceEventHandler<K>>, name: String)
+    where
+        K: Send + Sync + 'static,
+    {
+        let queue = self.queue.clone();
+        let spawned = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || {
+                let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
+                while queue.take_blocking(&mut batch) {
+                    while let Some(ev) = batch.pop_front() {
+                        if !queue.is_closed() {
+                            handle_one(&mut *handler, &ev, &name);
+                        }
+                        queue.finished(&ev);
+                    }
+                }
+                for ev in batch.drain(..) {
+                    queue.finished(&ev);
+                }
+            });
         match spawned {
-            Ok(h) => *self.thread.lock() = Some(h),
+            Ok(h) => *self.consumer.lock() = Some(Consumer::Thread(h)),
             Err(e) => {
                 tracing::error!(error = %e, "cannot spawn event handler thread; handler removed");
                 self.queue.close();
@@ -344,7 +454,7 @@ impl<K> Processor<K> {
         }
     }
 
-    pub(crate) fn stop_all(&self) -> Vec<JoinHandle<()>> {
+    pub(crate) fn stop_all(&self) -> Vec<Consumer> {
         let ls = std::mem::take(&mut *self.listeners.write());
         ls.iter().filter_map(|l| l.stop()).collect()
     }
@@ -382,6 +492,42 @@ pub(crate) fn determine_resync_period(desired: Duration, check: Duration) -> Dur
         return Duration::ZERO;
     }
     desired.max(check)
+}
+
+/// Calls the handler for one notification; a panic is logged and the next notification follows.
+fn handle_one<K: 'static>(handler: &mut dyn ResourceEventHandler<K>, ev: &Event<K>, name: &str) {
+    let res = std::panic::catch_unwind(AssertUnwindSafe(|| ev.dispatch(handler)));
+    if let Err(panic) = res {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic".to_owned());
+        tracing::error!(handler = %name, panic = %msg, "event handler panicked; continuing with the next event");
+    }
+}
+
+/// A handler call this long on a runtime worker holds up every task queued behind it.
+const SLOW_HANDLER_CALL: Duration = Duration::from_millis(100);
+
+/// Warns, once per handler, that a handler running as a task blocks its runtime worker.
+#[derive(Default)]
+struct SlowHandlerWarning {
+    warned: bool,
+}
+
+impl SlowHandlerWarning {
+    fn check(&mut self, took: Duration, name: &str) {
+        if took >= SLOW_HANDLER_CALL && !self.warned {
+            self.warned = true;
+            tracing::warn!(
+                handler = %name,
+                took = ?took,
+                "event handler call blocked a tokio worker; register handlers that block with \
+                 HandlerOptions::dedicated_thread()"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

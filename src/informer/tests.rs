@@ -350,7 +350,10 @@ async fn slow_handler_does_not_delay_a_fast_one() {
     let slow = ResourceEventHandlerFuncs::new().on_add(|_: &Arc<ConfigMap>, _| {
         std::thread::sleep(Duration::from_millis(50));
     });
-    let slow_reg = inf.add_event_handler(slow).unwrap();
+    // It blocks: it gets its own thread, as documented.
+    let slow_reg = inf
+        .add_event_handler_with_options(slow, HandlerOptions::default().dedicated_thread())
+        .unwrap();
     let (fast, fast_log) = recorder();
     inf.add_event_handler(fast).unwrap();
     inf.start();
@@ -381,6 +384,46 @@ async fn slow_handler_does_not_delay_a_fast_one() {
         "slow handler should still be behind: {}",
         slow_reg.pending()
     );
+    inf.shutdown().await;
+}
+
+#[test]
+fn handler_registered_outside_a_runtime_runs_on_the_informers_runtime() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    let (rec, log) = recorder();
+    // No runtime here: the handler's task cannot start yet.
+    inf.add_event_handler(rec).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        inf.start();
+        assert!(inf.wait_for_cache_sync().await);
+        assert_eq!(log_reaches(&log, 1).await, ["add ns/a 1 initial"]);
+        tokio::time::timeout(Duration::from_secs(5), inf.shutdown())
+            .await
+            .expect("shutdown: likely deadlocked");
+    });
+}
+
+#[tokio::test]
+async fn handler_added_from_a_plain_thread_after_start_runs_as_a_task() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    let (rec, log) = recorder();
+    let i2 = inf.clone();
+    // Outside the runtime: the task goes to the runtime the informer runs on.
+    std::thread::spawn(move || i2.add_event_handler(rec).map(drop))
+        .join()
+        .unwrap()
+        .unwrap();
+    assert_eq!(log_reaches(&log, 1).await, ["add ns/a 1 initial"]);
     inf.shutdown().await;
 }
 
@@ -437,6 +480,12 @@ async fn shutdown_leaves_no_task_or_handler_thread_running() {
     let inf = informer(&lw);
     let dropped = Arc::new(AtomicBool::new(false));
     inf.add_event_handler(DropFlag(dropped.clone())).unwrap();
+    let dropped_thread = Arc::new(AtomicBool::new(false));
+    inf.add_event_handler_with_options(
+        DropFlag(dropped_thread.clone()),
+        HandlerOptions::default().dedicated_thread(),
+    )
+    .unwrap();
     let mut stream = inf.subscribe().unwrap();
     inf.start();
     assert!(inf.wait_for_cache_sync().await);
@@ -446,6 +495,10 @@ async fn shutdown_leaves_no_task_or_handler_thread_running() {
     assert!(inf.is_stopped());
     assert!(
         dropped.load(Ordering::SeqCst),
+        "handler task still running after shutdown"
+    );
+    assert!(
+        dropped_thread.load(Ordering::SeqCst),
         "handler thread still running after shutdown"
     );
     // The reflector's task is gone: no further requests.
@@ -491,7 +544,9 @@ async fn registration_has_synced_once_its_initial_adds_are_handled() {
             std::thread::sleep(Duration::from_millis(1));
         }
     });
-    let reg = inf.add_event_handler(slow).unwrap();
+    let reg = inf
+        .add_event_handler_with_options(slow, HandlerOptions::default().dedicated_thread())
+        .unwrap();
     assert!(!reg.has_synced());
     inf.start();
     assert!(inf.wait_for_cache_sync().await);
