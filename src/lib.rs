@@ -7,7 +7,7 @@
 //! API server ─list/watch─▶ Reflector ─deltas─▶ DeltaFifo ─pop─▶ handle_deltas ─▶ Indexer ◀─ Lister
 //!                                                                     │
 //!                                                      SharedProcessor ─▶ one buffered listener
-//!                                                                         (own task) per handler
+//!                                                                         (task) per handler
 //!                                                                     │
 //!                                                    your handler ─▶ WorkQueue ─▶ your workers
 //! ```

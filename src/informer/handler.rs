@@ -8,10 +8,11 @@ use crate::fifo::DeltaObject;
 ///
 /// Each registered handler is called one notification at a time and in order, so it may keep
 /// state in `&mut self`; notifications wait in the handler's own unbounded buffer, so a slow
-/// handler never delays the others or the informer. By default a handler runs as a tokio task on
-/// the informer's runtime (as a client-go handler runs in a goroutine): keep its calls short and
-/// non-blocking, typically a workqueue `add`. A handler that blocks needs its own thread:
-/// register it with [`HandlerOptions::dedicated_thread`](super::HandlerOptions::dedicated_thread).
+/// handler never delays the informer. By default an informer's handlers run as tasks on one
+/// handler thread of the informer's (as client-go's run in goroutines): keep their calls short
+/// and non-blocking, typically a workqueue `add`, so they do not delay each other. A handler that
+/// blocks needs its own thread: register it with
+/// [`HandlerOptions::dedicated_thread`](super::HandlerOptions::dedicated_thread).
 /// A panic in a handler is caught and logged and the handler goes on with the next notification.
 ///
 /// Objects are shared `Arc`s straight from the cache: never copy them to read them.

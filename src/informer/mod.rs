@@ -18,7 +18,7 @@ use tokio::{sync::watch, task::JoinHandle};
 pub use handler::{
     Event, FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs,
 };
-use processor::{Consumer, Listener, Processor, determine_resync_period};
+use processor::{Listener, Processor, determine_resync_period};
 pub use registration::{EventStream, ResourceEventHandlerRegistration};
 
 use crate::{
@@ -90,17 +90,19 @@ pub struct HandlerOptions {
     /// the cache to a handler added after start is not bounded. A handler with a bounded buffer
     /// must not add handlers or indexers to its own informer from its callbacks (that waits for
     /// the informer, which may be waiting for it). A handler with a bounded buffer always runs on
-    /// its own thread, as if [`Self::dedicated_thread`] were set: its back-pressure blocks the
-    /// informer, which must not wait on a task that may need the same worker to run.
+    /// its own thread, as if [`Self::dedicated_thread`] were set: one slow enough to need a bound
+    /// would hold up the handlers sharing the informer's handler thread.
     pub buffer_capacity: Option<usize>,
-    /// Run this handler on its own OS thread instead of as a task on the informer's runtime.
+    /// Run this handler on an OS thread of its own instead of on the informer's handler thread.
     ///
-    /// By default (`false`) each handler is a tokio task, as each client-go handler is a
-    /// goroutine: handing a notification to a waiting task costs far less than waking a thread,
-    /// which is what most handlers (a few map lookups and a workqueue `add`) want. A handler that
-    /// blocks (synchronous I/O, long computation, `std::thread::sleep`, locks held by slow code)
-    /// would hold up a runtime worker and everything queued on it: give it its own thread. A
-    /// handler call that takes 100 ms or more on a task is logged once as a warning.
+    /// By default (`false`) an informer's handlers run as tasks on one thread the informer starts
+    /// for them, much as client-go's run as goroutines: one thread wake per notification however
+    /// many handlers there are, where a thread per handler costs a wake (a few microseconds of
+    /// context switch) per handler. That suits what most handlers do (a few map lookups and a
+    /// workqueue `add`). A handler that blocks (synchronous I/O, long computation,
+    /// `std::thread::sleep`, locks held by slow code) would hold up the others on that thread:
+    /// give it its own. A handler call of 100 ms or more on the shared thread is logged once as
+    /// a warning.
     pub dedicated_thread: bool,
 }
 
@@ -182,8 +184,6 @@ struct State<K> {
     fifo: Option<Arc<DeltaFifo<K>>>,
     reflector: Option<ReflectorStatus>,
     task: Option<JoinHandle<()>>,
-    /// The runtime `run` was called on, where handler tasks run; set when it starts.
-    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl<K> SharedIndexInformer<K>
@@ -213,7 +213,6 @@ where
                     fifo: None,
                     reflector: None,
                     task: None,
-                    runtime: None,
                 }),
                 block_deltas: Mutex::new(()),
                 shutdown,
@@ -325,14 +324,14 @@ where
         let period = determine_resync_period(requested, st.resync_check_period);
         let listener = Listener::new(inner.processor.next_id(), requested, period, capacity);
         if let Some((h, dedicated_thread)) = handler {
-            // Before registration: a bounded buffer needs its consumer running. Before start a
-            // task waits for the informer's runtime (see `prepare`).
-            let name = format!(
-                "informer-{}-handler-{}",
-                short_type_name::<K>(),
-                listener.id
-            );
-            listener.start_handler(h, name, dedicated_thread, st.runtime.as_ref());
+            // Before registration: a bounded buffer needs its consumer running.
+            let ty = short_type_name::<K>();
+            let name = format!("informer-{ty}-handler-{}", listener.id);
+            inner
+                .processor
+                .start_handler(&listener, h, name, dedicated_thread, || {
+                    format!("informer-{ty}-handlers")
+                });
         }
         if !st.started {
             inner.processor.add(listener.clone());
@@ -506,7 +505,7 @@ where
             () = process => {}
         }
         fifo.close();
-        join_consumers(inner.processor.stop_all()).await;
+        join_threads(inner.processor.stop_all()).await;
         inner.state.lock().stopped = true;
     }
 
@@ -536,12 +535,9 @@ where
             reflector = reflector.with_error_handler(h);
         }
         let now = tokio::time::Instant::now();
-        let runtime = tokio::runtime::Handle::current();
         for l in inner.processor.all() {
             l.start_resync_clock(now);
-            l.start_deferred(&runtime);
         }
-        st.runtime = Some(runtime);
         st.reflector = Some(reflector.status());
         st.fifo = Some(fifo.clone());
         Some((fifo, reflector))
@@ -563,7 +559,7 @@ where
             let _ = t.await;
         }
         if never_ran {
-            join_consumers(self.inner.processor.stop_all()).await;
+            join_threads(self.inner.processor.stop_all()).await;
             return;
         }
         // A `run` driven by the caller: wait until it has wound down.
@@ -665,18 +661,8 @@ impl<K> Drop for Inner<K> {
     }
 }
 
-/// Waits for handler consumers: tasks by awaiting them, threads off the runtime (a handler may
-/// be in the middle of slow work).
-async fn join_consumers(consumers: Vec<Consumer>) {
-    let mut threads = Vec::new();
-    for c in consumers {
-        match c {
-            // A task ends with its queue closed; an error here is its cancellation at runtime
-            // shutdown, after which there is nothing left to wait for.
-            Consumer::Task(t) => drop(t.await),
-            Consumer::Thread(t) => threads.push(t),
-        }
-    }
+/// Joins the handler threads off the runtime: a handler may be in the middle of slow work.
+async fn join_threads(threads: Vec<std::thread::JoinHandle<()>>) {
     if threads.is_empty() {
         return;
     }

@@ -387,13 +387,53 @@ async fn slow_handler_does_not_delay_a_fast_one() {
     inf.shutdown().await;
 }
 
+/// Records the name of the thread each call runs on.
+struct ThreadNames(Arc<Mutex<Vec<String>>>);
+
+impl ResourceEventHandler<ConfigMap> for ThreadNames {
+    fn on_add(&mut self, _: &Arc<ConfigMap>, _: bool) {
+        let name = std::thread::current().name().unwrap_or("").to_owned();
+        self.0.lock().push(name);
+    }
+}
+
+#[tokio::test]
+async fn handlers_share_one_handler_thread_unless_they_ask_for_their_own() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    let shared: Vec<_> = (0..3).map(|_| Arc::new(Mutex::new(Vec::new()))).collect();
+    for names in &shared {
+        inf.add_event_handler(ThreadNames(names.clone())).unwrap();
+    }
+    let own = Arc::new(Mutex::new(Vec::new()));
+    inf.add_event_handler_with_options(
+        ThreadNames(own.clone()),
+        HandlerOptions::default().dedicated_thread(),
+    )
+    .unwrap();
+    inf.start();
+    eventually("every handler called", || {
+        shared.iter().chain([&own]).all(|n| n.lock().len() == 1)
+    })
+    .await;
+    let shared_threads: Vec<String> = shared.iter().map(|n| n.lock()[0].clone()).collect();
+    assert_eq!(shared_threads, ["informer-ConfigMap-handlers"; 3]);
+    assert!(
+        own.lock()[0].starts_with("informer-ConfigMap-handler-"),
+        "{:?}",
+        own.lock()
+    );
+    inf.shutdown().await;
+}
+
 #[test]
-fn handler_registered_outside_a_runtime_runs_on_the_informers_runtime() {
+fn handler_registered_outside_a_runtime_is_called_once_the_informer_runs() {
     let lw = MockLw::new();
     lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
     let inf = informer(&lw);
     let (rec, log) = recorder();
-    // No runtime here: the handler's task cannot start yet.
+    // No runtime here: handlers run on the informer's own handler thread.
     inf.add_event_handler(rec).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -410,7 +450,7 @@ fn handler_registered_outside_a_runtime_runs_on_the_informers_runtime() {
 }
 
 #[tokio::test]
-async fn handler_added_from_a_plain_thread_after_start_runs_as_a_task() {
+async fn handler_added_from_a_plain_thread_after_start_is_replayed_the_cache() {
     let lw = MockLw::new();
     lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
     let inf = informer(&lw);
@@ -418,7 +458,6 @@ async fn handler_added_from_a_plain_thread_after_start_runs_as_a_task() {
     assert!(inf.wait_for_cache_sync().await);
     let (rec, log) = recorder();
     let i2 = inf.clone();
-    // Outside the runtime: the task goes to the runtime the informer runs on.
     std::thread::spawn(move || i2.add_event_handler(rec).map(drop))
         .join()
         .unwrap()
