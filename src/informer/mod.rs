@@ -45,6 +45,10 @@ pub enum InformerError {
     /// Adding indexers failed.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// The thread a handler runs on could not be spawned (the process is out of threads or
+    /// memory); the handler was not registered.
+    #[error("cannot spawn an event handler thread")]
+    HandlerThread(#[source] std::io::Error),
 }
 
 /// Informer options.
@@ -331,16 +335,16 @@ where
                 .processor
                 .start_handler(&listener, h, name, dedicated_thread, || {
                     format!("informer-{ty}-handlers")
-                });
+                })?;
         }
         if !st.started {
-            inner.processor.add(listener.clone());
+            inner.processor.add(listener.clone())?;
             return Ok(listener);
         }
         drop(st);
         // Late join: no deltas may be applied between the snapshot and the registration.
         let _block = inner.block_deltas.lock();
-        inner.processor.add(listener.clone());
+        inner.processor.add(listener.clone())?;
         listener.start_resync_clock(tokio::time::Instant::now());
         for obj in inner.indexer.list() {
             listener.queue.push_unbounded(Event::Add {
@@ -661,8 +665,11 @@ impl<K> Drop for Inner<K> {
     }
 }
 
-/// Joins the handler threads off the runtime: a handler may be in the middle of slow work.
-async fn join_threads(threads: Vec<std::thread::JoinHandle<()>>) {
+/// Joins the handler threads off the runtime: a handler may be in the middle of slow work. A
+/// thread does not join itself (a handler that shuts its informer down).
+async fn join_threads(mut threads: Vec<std::thread::JoinHandle<()>>) {
+    let me = std::thread::current().id();
+    threads.retain(|t| t.thread().id() != me);
     if threads.is_empty() {
         return;
     }

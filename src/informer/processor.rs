@@ -4,19 +4,26 @@
 
 use std::{
     collections::VecDeque,
+    future::Future,
     panic::AssertUnwindSafe,
+    pin::Pin,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
+    task::Poll,
     thread::JoinHandle,
     time::Duration,
 };
 
+use futures::{StreamExt, task::LocalSpawnExt};
 use parking_lot::{Condvar, Mutex, RwLock};
 use tokio::{sync::Notify, time::Instant};
 
-use super::handler::{Event, ResourceEventHandler};
+use super::{
+    InformerError,
+    handler::{Event, ResourceEventHandler},
+};
 
 /// client-go's `initialBufferSize`: a listener's ring buffer starts here and doubles as needed.
 const INITIAL_BUFFER: usize = 1024;
@@ -191,41 +198,72 @@ impl<K> ListenerQueue<K> {
     }
 }
 
-/// The informer's handler thread: a single-threaded tokio runtime on an OS thread of its own, where
-/// every handler that does not ask for a dedicated thread runs as a task.
+/// A handler's task, sent to the handler thread to run there.
+type HandlerTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The informer's handler thread: an OS thread of its own running a small single-threaded
+/// executor, where every handler that does not ask for a dedicated thread runs as a task.
 ///
 /// One thread for all of them, because waking a thread per handler per notification is what
 /// costs (~4 µs of context switch each: 8 handlers used 1.3-1.4x the CPU of one); handing a
 /// notification to a task on an already awake thread costs next to nothing. Its own thread, not
 /// the caller's runtime, because there the handlers would queue behind the reflector's decoding
-/// (tokio does not preempt) and fall behind a fast watch.
+/// (tokio does not preempt) and fall behind a fast watch. Not a tokio runtime, so a handler
+/// runs outside any runtime context exactly as on a plain thread: `blocking_send` and friends
+/// work, and a `tokio::spawn` from a handler fails loudly instead of landing on a runtime that
+/// nothing else drives.
 struct Dispatcher {
-    handle: tokio::runtime::Handle,
-    stop: tokio::sync::oneshot::Sender<()>,
+    tasks: futures::channel::mpsc::UnboundedSender<HandlerTask>,
     thread: JoinHandle<()>,
 }
 
 impl Dispatcher {
     fn start(name: String) -> std::io::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-        let handle = runtime.handle().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (tasks, mut incoming) = futures::channel::mpsc::unbounded::<HandlerTask>();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
-            // Returns once stopped; dropping the runtime then drops every handler task (their
-            // queues are closed by then) and with them the handlers.
-            let _ = runtime.block_on(stopped);
+            let mut pool = futures::executor::LocalPool::new();
+            let spawner = pool.spawner();
+            pool.run_until(async {
+                // Ends when the informer stops (the sender is dropped).
+                while let Some(task) = incoming.next().await {
+                    if spawner.spawn_local(task).is_err() {
+                        break;
+                    }
+                }
+            });
+            // Every queue is closed by now: let the tasks notice, account for what they held
+            // and finish; drop whatever still waits (a handler registered as the informer
+            // stopped, whose registration failed).
+            pool.run_until_stalled();
         })?;
-        Ok(Self {
-            handle,
-            stop,
-            thread,
-        })
+        Ok(Self { tasks, thread })
+    }
+
+    /// Runs `task` on the handler thread.
+    fn spawn(&self, task: HandlerTask) {
+        // Only fails once the thread has stopped; the task's queue is closed by then.
+        let _ = self.tasks.unbounded_send(task);
     }
 
     fn stop(self) -> JoinHandle<()> {
-        let _ = self.stop.send(());
+        drop(self.tasks);
         self.thread
     }
+}
+
+/// Lets the other tasks of the handler thread run before going on.
+async fn yield_now() {
+    let mut yielded = false;
+    futures::future::poll_fn(|cx| {
+        if yielded {
+            Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await;
 }
 
 /// One registered consumer: its queue, its resync schedule, and its handler's consumer.
@@ -274,18 +312,17 @@ impl<K> Listener<K> {
         })
     }
 
-    /// Starts the handler as a task on the informer's handler thread (`runtime`).
-    pub(crate) fn spawn_task(
+    /// Starts the handler as a task on the informer's handler thread.
+    fn spawn_task(
         &self,
         mut handler: Box<dyn ResourceEventHandler<K>>,
         name: String,
-        runtime: &tokio::runtime::Handle,
+        dispatcher: &Dispatcher,
     ) where
         K: Send + Sync + 'static,
     {
         let queue = self.queue.clone();
-        // Detached: it ends when its queue closes, or with the handler thread's runtime.
-        drop(runtime.spawn(async move {
+        dispatcher.spawn(Box::pin(async move {
             let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
             let mut slow = SlowHandlerWarning::default();
             loop {
@@ -313,7 +350,7 @@ impl<K> Listener<K> {
                     queue.finished(&ev);
                     // A long batch must not keep the other handlers on this thread waiting.
                     if done - slice >= HANDLER_SLICE {
-                        tokio::task::yield_now().await;
+                        yield_now().await;
                         slice = std::time::Instant::now();
                     }
                 }
@@ -327,7 +364,11 @@ impl<K> Listener<K> {
     }
 
     /// Starts the handler on an OS thread of its own.
-    pub(crate) fn spawn_thread(&self, mut handler: Box<dyn ResourceEventHandler<K>>, name: String)
+    fn spawn_thread(
+        &self,
+        mut handler: Box<dyn ResourceEventHandler<K>>,
+        name: String,
+    ) -> std::io::Result<()>
     where
         K: Send + Sync + 'static,
     {
@@ -348,13 +389,8 @@ impl<K> Listener<K> {
                     queue.finished(&ev);
                 }
             });
-        match spawned {
-            Ok(h) => *self.thread.lock() = Some(h),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot spawn event handler thread; handler removed");
-                self.queue.close();
-            }
-        }
+        *self.thread.lock() = Some(spawned?);
+        Ok(())
     }
 
     fn should_resync(&self, now: Instant) -> bool {
@@ -392,6 +428,8 @@ pub(crate) struct Processor<K> {
     any_bounded: AtomicBool,
     /// Started with the first handler that runs as a task.
     dispatcher: Mutex<Option<Dispatcher>>,
+    /// Set by [`stop_all`](Self::stop_all): no listener or handler thread may start afterwards.
+    stopped: AtomicBool,
 }
 
 impl<K> Processor<K> {
@@ -401,11 +439,17 @@ impl<K> Processor<K> {
             next_id: AtomicU64::new(1),
             any_bounded: AtomicBool::new(false),
             dispatcher: Mutex::new(None),
+            stopped: AtomicBool::new(false),
         }
     }
 
     /// Starts `handler` as `listener`'s consumer: on a thread of its own, or as a task on the
     /// informer's handler thread (`thread_name`), started with the first such handler.
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Stopped`] after [`stop_all`](Self::stop_all);
+    /// [`InformerError::HandlerThread`] when the thread cannot be spawned.
     pub(crate) fn start_handler(
         &self,
         listener: &Listener<K>,
@@ -413,37 +457,47 @@ impl<K> Processor<K> {
         name: String,
         dedicated_thread: bool,
         thread_name: impl FnOnce() -> String,
-    ) where
+    ) -> Result<(), InformerError>
+    where
         K: Send + Sync + 'static,
     {
-        if dedicated_thread {
-            return listener.spawn_thread(handler, name);
-        }
+        // Checked under the dispatcher's lock, which `stop_all` takes after setting the flag, so
+        // no handler thread starts after the informer stopped.
         let mut dispatcher = self.dispatcher.lock();
-        if dispatcher.is_none() {
-            match Dispatcher::start(thread_name()) {
-                Ok(d) => *dispatcher = Some(d),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot start the informer's handler thread; handler removed");
-                    listener.queue.close();
-                    return;
-                }
-            }
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(InformerError::Stopped);
         }
-        if let Some(d) = dispatcher.as_ref() {
-            listener.spawn_task(handler, name, &d.handle);
+        if dedicated_thread {
+            return listener
+                .spawn_thread(handler, name)
+                .map_err(InformerError::HandlerThread);
         }
+        let d = match dispatcher.take() {
+            Some(d) => d,
+            None => Dispatcher::start(thread_name()).map_err(InformerError::HandlerThread)?,
+        };
+        listener.spawn_task(handler, name, &d);
+        *dispatcher = Some(d);
+        Ok(())
     }
 
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub(crate) fn add(&self, l: Arc<Listener<K>>) {
+    /// Adds a listener; after [`stop_all`](Self::stop_all) closes it instead and fails.
+    pub(crate) fn add(&self, l: Arc<Listener<K>>) -> Result<(), InformerError> {
+        let mut listeners = self.listeners.write();
+        if self.stopped.load(Ordering::Acquire) {
+            drop(listeners);
+            drop(l.stop());
+            return Err(InformerError::Stopped);
+        }
         if l.queue.capacity.is_some() {
             self.any_bounded.store(true, Ordering::Release);
         }
-        self.listeners.write().push(l);
+        listeners.push(l);
+        Ok(())
     }
 
     pub(crate) fn remove(&self, id: u64) -> Option<Arc<Listener<K>>> {
@@ -486,8 +540,13 @@ impl<K> Processor<K> {
     }
 
     /// Closes every listener and stops the handler thread; hands back the threads to join.
+    /// Listeners and handlers added afterwards are refused.
     pub(crate) fn stop_all(&self) -> Vec<JoinHandle<()>> {
-        let ls = std::mem::take(&mut *self.listeners.write());
+        let ls = {
+            let mut listeners = self.listeners.write();
+            self.stopped.store(true, Ordering::Release);
+            std::mem::take(&mut *listeners)
+        };
         let mut threads: Vec<_> = ls.iter().filter_map(|l| l.stop()).collect();
         threads.extend(self.dispatcher.lock().take().map(Dispatcher::stop));
         threads

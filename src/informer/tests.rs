@@ -427,6 +427,54 @@ async fn handlers_share_one_handler_thread_unless_they_ask_for_their_own() {
     inf.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_run_outside_any_runtime_so_blocking_bridges_work() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(1);
+    // The usual way to hand events to async code from a synchronous handler; it panics
+    // inside a runtime context.
+    let bridge = ResourceEventHandlerFuncs::new().on_add(move |o: &Arc<ConfigMap>, _| {
+        tx.blocking_send(o.metadata.name.clone().unwrap_or_default())
+            .unwrap();
+    });
+    inf.add_event_handler(bridge).unwrap();
+    inf.start();
+    let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("handler never sent: likely deadlocked, or it panicked");
+    assert_eq!(got.as_deref(), Some("a"));
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_with_a_backlog_leaves_nothing_pending_and_refuses_new_handlers() {
+    let lw = MockLw::new();
+    let objs: Vec<_> = (0..200).map(|i| cm("ns", &format!("o{i}"), "1")).collect();
+    lw.list(Ok(page("1", None, objs)));
+    let inf = informer(&lw);
+    let slow = ResourceEventHandlerFuncs::new().on_add(|_: &Arc<ConfigMap>, _| {
+        std::thread::sleep(Duration::from_millis(1));
+    });
+    let reg = inf.add_event_handler(slow).unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    assert!(reg.pending() > 0, "the handler should still be behind");
+    tokio::time::timeout(Duration::from_secs(5), inf.shutdown())
+        .await
+        .expect("shutdown: likely deadlocked");
+    assert_eq!(
+        reg.pending(),
+        0,
+        "notifications dropped at shutdown still counted"
+    );
+    assert!(matches!(
+        inf.add_event_handler(ResourceEventHandlerFuncs::new()),
+        Err(InformerError::Stopped)
+    ));
+}
+
 #[test]
 fn handler_registered_outside_a_runtime_is_called_once_the_informer_runs() {
     let lw = MockLw::new();

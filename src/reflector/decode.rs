@@ -606,7 +606,8 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
         map: &mut dyn FnMut(K) -> T,
     ) -> Result<(), DecodeError> {
         loop {
-            while data.get(*i).is_some_and(u8::is_ascii_whitespace) {
+            // JSON's four whitespace bytes (`is_ascii_whitespace` would also take form feed).
+            while matches!(data.get(*i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
                 *i += 1;
             }
             let at = self.offset + *i as u64;

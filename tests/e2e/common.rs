@@ -183,8 +183,8 @@ impl Seen {
     }
 }
 
-/// Records every notification a handler receives, in order. Handlers run on their own thread,
-/// so the log is behind a std mutex.
+/// Records every notification a handler receives, in order. Handlers run on the informer's
+/// handler thread, not the test's, so the log is behind a std mutex.
 pub struct Recorder<K> {
     events: Arc<Mutex<Vec<Event<K>>>>,
 }
