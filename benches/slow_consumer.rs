@@ -1,8 +1,10 @@
 //! Slow consumer: one handler sleeping 100 ms per event next to one doing nothing.
 //!
 //! Measures the fast handler's delivery latency (from the write on the fake API server to the
-//! handler call) and how the slow handler's backlog and the process's memory grow; then the same
-//! with the slow handler on a bounded buffer (back-pressure), to show the trade-off.
+//! handler call) and how the slow handler's backlog and the process's memory grow, with the
+//! sleeping handler on its own thread (`dedicated_thread`, as documented for handlers that
+//! block); then the same misused, sharing the informer's handler thread with the fast one; then on
+//! a bounded buffer (back-pressure), to show the trade-offs.
 //!
 //! ```sh
 //! cargo bench --bench slow_consumer
@@ -126,7 +128,15 @@ async fn main() {
     println!(
         "slow consumer: {EVENTS} ConfigMaps (~2 KiB each) created at {RATE_PER_SEC}/s; one handler sleeps {SLOW_HANDLER_SLEEP:?} per event, one does nothing"
     );
-    run("unbounded (default)", EVENTS, HandlerOptions::default()).await;
+    run(
+        "own thread, unbounded",
+        EVENTS,
+        HandlerOptions::default().dedicated_thread(),
+    )
+    .await;
+    // Misuse: a blocking handler left on the shared handler thread holds the fast handler back,
+    // one sleep per event; fewer events keep this run short.
+    run("shared thread (misuse)", 100, HandlerOptions::default()).await;
     // Back-pressure paces everyone at the slow handler's 10 events/s once its 100 slots fill:
     // fewer events keep this run short.
     run(
