@@ -104,9 +104,10 @@ pub struct HandlerOptions {
     /// many handlers there are, where a thread per handler costs a wake (a few microseconds of
     /// context switch) per handler. That suits what most handlers do (a few map lookups and a
     /// workqueue `add`). A handler that blocks (synchronous I/O, long computation,
-    /// `std::thread::sleep`, locks held by slow code) would hold up the others on that thread:
-    /// give it its own. A handler call of 100 ms or more on the shared thread is logged once as
-    /// a warning.
+    /// `std::thread::sleep`, locks held by slow code) would hold up the others on that thread
+    /// (by one of its calls at a time: a handler yields to the others every 2 ms of work): give
+    /// it its own. A handler call of 100 ms or more on the shared thread is logged once as a
+    /// warning.
     pub dedicated_thread: bool,
 }
 
