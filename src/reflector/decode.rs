@@ -698,9 +698,27 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
         }
     }
 
-    /// Whether enough is buffered to try a value now (see [`LIST_DECODER_MARGIN`]).
-    fn ready(&self, data: &[u8], finished: bool) -> bool {
-        finished || data.len() >= self.retry_at
+    /// One attempt at the value at the start of `data`, once enough is buffered (see
+    /// [`LIST_DECODER_MARGIN`]): `None` means wait for more bytes.
+    fn attempt<V: DeserializeOwned>(
+        &mut self,
+        data: &[u8],
+        finished: bool,
+    ) -> Option<Result<(V, usize), serde_json::Error>> {
+        if !finished && data.len() < self.retry_at {
+            return None;
+        }
+        match attempt::<V>(data, finished) {
+            Attempt::Done(v, len) => {
+                self.retry_at = self.margin;
+                Some(Ok((v, len)))
+            }
+            Attempt::Wait => {
+                self.retry_at = self.margin.max(data.len().saturating_mul(2));
+                None
+            }
+            Attempt::Failed(error) => Some(Err(error)),
+        }
     }
 
     /// Decodes one value at the start of `data`; `None` means wait for more bytes.
@@ -711,24 +729,13 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
         what: &'static str,
         at: u64,
     ) -> Result<Option<(V, usize)>, DecodeError> {
-        if !self.ready(data, finished) {
-            return Ok(None);
-        }
-        match attempt::<V>(data, finished) {
-            Attempt::Done(v, len) => {
-                self.retry_at = self.margin;
-                Ok(Some((v, len)))
-            }
-            Attempt::Wait => {
-                self.retry_at = self.margin.max(data.len().saturating_mul(2));
-                Ok(None)
-            }
-            Attempt::Failed(error) => Err(DecodeError {
+        self.attempt(data, finished)
+            .transpose()
+            .map_err(|error| DecodeError {
                 what,
                 error,
                 offset: Some(at),
-            }),
-        }
+            })
     }
 
     /// Decodes the item at the start of `data` into `items` (or `undecodable`) and returns its
@@ -740,23 +747,16 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
         at: u64,
         map: &mut dyn FnMut(K) -> T,
     ) -> Result<Option<usize>, DecodeError> {
-        if !self.ready(data, finished) {
-            return Ok(None);
-        }
-        let error = match attempt::<K>(data, finished) {
-            Attempt::Done(obj, len) => {
-                self.retry_at = self.margin;
+        let error = match self.attempt::<K>(data, finished) {
+            None => return Ok(None),
+            Some(Ok((obj, len))) => {
                 self.items.push(map(obj));
                 return Ok(Some(len));
             }
-            Attempt::Wait => {
-                self.retry_at = self.margin.max(data.len().saturating_mul(2));
-                return Ok(None);
-            }
             // Well-formed JSON of another shape (for example a custom resource written under a
             // newer schema): skip it below rather than fail the whole list.
-            Attempt::Failed(error) if error.is_data() => error,
-            Attempt::Failed(error) => {
+            Some(Err(error)) if error.is_data() => error,
+            Some(Err(error)) => {
                 return Err(DecodeError {
                     what: "list",
                     error,
