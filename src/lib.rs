@@ -92,6 +92,15 @@ pub mod workqueue;
 #[cfg(test)]
 mod testutil;
 
+/// The message of a caught panic, for logs and errors.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".to_owned())
+}
+
 pub use factory::{FactoryConfig, SharedInformerFactory};
 pub use fifo::{
     DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
@@ -99,7 +108,7 @@ pub use fifo::{
 };
 pub use informer::{
     Event, EventStream, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
-    InformerError, ResourceEventHandler, ResourceEventHandlerFuncs,
+    InformerError, Lifecycle, ResourceEventHandler, ResourceEventHandlerFuncs,
     ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 pub use lister::{Lister, NamespaceLister};

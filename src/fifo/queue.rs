@@ -9,13 +9,17 @@ use std::{
 
 use kube::Resource;
 use parking_lot::Mutex;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::delta::{
     DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, ListItem,
     dedup_trailing_deletes,
 };
-use crate::store::{Indexer, KeyError, ObjectKey, key_of};
+use crate::{
+    panic_message,
+    reflector::ReflectorStore,
+    store::{Indexer, KeyError, ObjectKey, key_of},
+};
 
 /// The objects the consumer of a [`DeltaFifo`] already knows (client-go's `KeyListerGetter`):
 /// normally the informer's [`Indexer`]. The FIFO consults it to infer deletions on
@@ -58,6 +62,11 @@ impl<K: Resource + Send + Sync + 'static> KnownObjects<K> for Indexer<K> {
 /// A function applied to every object as it is enqueued, e.g. to strip `managedFields`
 /// (client-go's `TransformFunc`). It should be cheap and must not change the object's name or
 /// namespace: the key is computed before it runs, as in client-go.
+///
+/// A transform that panics is caught: the object is treated like one that does not decode
+/// ([`FifoError::Transform`] goes to the watch-error handler, and a cached version of the object
+/// is removed with a `DeletedFinalStateUnknown` tombstone), so the informer keeps running and
+/// its cache holds only objects that went through the transform.
 pub type TransformFn<K> = Arc<dyn Fn(K) -> K + Send + Sync>;
 
 /// Why a [`DeltaFifo`] operation failed.
@@ -69,6 +78,17 @@ pub enum FifoError {
     /// An object has no valid key; the FIFO is unchanged.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// The transform panicked on the object with this key; the object was left out (and a
+    /// cached version of it tombstoned).
+    #[error("transform panicked on {key} (resourceVersion {resource_version}): {panic}")]
+    Transform {
+        /// The object's key.
+        key: ObjectKey,
+        /// The object's resourceVersion.
+        resource_version: String,
+        /// The panic's message.
+        panic: String,
+    },
 }
 
 /// The queue between a reflector (producer) and an informer (consumer), with client-go's
@@ -96,6 +116,9 @@ pub struct DeltaFifo<K> {
     state: Mutex<State<K>>,
     /// Wakes a waiting `pop` when a key is queued, every one when the FIFO closes.
     wake: Notify,
+    /// Turns `true`, once, when [`has_synced`](DeltaFifo::has_synced) does: waiters wait on
+    /// this instead of polling.
+    synced: watch::Sender<bool>,
     known: Option<Arc<dyn KnownObjects<K>>>,
     transform: Option<TransformFn<K>>,
 }
@@ -166,9 +189,28 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                 last_sync_resource_version: String::new(),
             }),
             wake: Notify::new(),
+            synced: watch::channel(false).0,
             known,
             transform: None,
         }
+    }
+
+    /// Publishes `has_synced` once it turns true; call with the state lock held, after a change.
+    fn note_synced(&self, state: &State<K>) {
+        if state.has_synced() && !*self.synced.borrow() {
+            self.synced.send_replace(true);
+        }
+    }
+
+    /// Waits until [`has_synced`](Self::has_synced).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        // The sender lives in `self`, so `wait_for` cannot fail while we borrow it.
+        let _ = rx.wait_for(|s| *s).await;
     }
 
     /// Sets the transform applied to every object added, updated, deleted or replaced; not to
@@ -181,17 +223,32 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     }
 
     /// Keys `obj` (before the transform, as client-go does) and transforms it; runs outside the
-    /// lock because a transform may be costly and needs no shared state.
-    fn prepare(&self, obj: K) -> Result<(ObjectKey, Arc<K>), KeyError> {
+    /// lock because a transform may be costly and needs no shared state. A transform that
+    /// panics leaves the object out and tombstones its cached version (see [`TransformFn`]).
+    fn prepare(&self, obj: K) -> Result<(ObjectKey, Arc<K>), FifoError> {
         let key = key_of(&obj)?;
-        Ok((key, self.transformed(obj)))
+        match self.transformed(&key, obj) {
+            Ok(obj) => Ok((key, obj)),
+            Err(e) => {
+                self.delete_final_state_unknown(&key);
+                Err(e)
+            }
+        }
     }
 
-    fn transformed(&self, obj: K) -> Arc<K> {
-        Arc::new(match &self.transform {
-            Some(t) => t(obj),
-            None => obj,
-        })
+    fn transformed(&self, key: &ObjectKey, obj: K) -> Result<Arc<K>, FifoError> {
+        let Some(t) = &self.transform else {
+            return Ok(Arc::new(obj));
+        };
+        // The object moves into the transform, so on a panic only what was read before is left.
+        let resource_version = obj.meta().resource_version.clone().unwrap_or_default();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t(obj)))
+            .map(Arc::new)
+            .map_err(|panic| FifoError::Transform {
+                key: key.clone(),
+                resource_version,
+                panic: panic_message(&*panic),
+            })
     }
 
     fn enqueue(&self, kind: DeltaType, obj: K) -> Result<(), FifoError> {
@@ -199,7 +256,9 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         let queued = {
             let mut state = self.state.lock();
             state.populated = true;
-            state.queue_action(key, kind, DeltaObject::Object(obj))
+            let queued = state.queue_action(key, kind, DeltaObject::Object(obj));
+            self.note_synced(&state);
+            queued
         };
         if queued {
             self.wake.notify_one();
@@ -242,7 +301,10 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                     .known
                     .as_ref()
                     .is_some_and(|known| known.get_by_key(&key).is_some());
-            news && state.queue_action(key, DeltaType::Deleted, DeltaObject::Object(obj))
+            let queued =
+                news && state.queue_action(key, DeltaType::Deleted, DeltaObject::Object(obj));
+            self.note_synced(&state);
+            queued
         };
         if queued {
             self.wake.notify_one();
@@ -250,15 +312,29 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         Ok(())
     }
 
-    /// Applies the FIFO's transform and wraps the object as it would be queued, for producers
-    /// that prepare [`ListItem::Ready`] items themselves.
-    pub fn prepare_object(&self, obj: K) -> Arc<K> {
-        self.transformed(obj)
-    }
-
-    /// The consumer's object for `key` (from the known objects the FIFO was built with).
-    pub fn known_object(&self, key: &ObjectKey) -> Option<Arc<K>> {
-        self.known.as_ref().and_then(|k| k.get_by_key(key))
+    /// Makes one listed object ready to queue, as soon as it is decoded (the
+    /// [`ReflectorStore::list_item`] of the FIFO): the cached `Arc` when the consumer holds the
+    /// same resourceVersion (a relist then costs the cache plus what changed, not a second copy
+    /// of everything, and handlers see the very same object on the resync), else the object
+    /// transformed at once (so a transform that drops fields lowers the peak too).
+    ///
+    /// # Errors
+    ///
+    /// [`FifoError::Key`] for an object without a valid key, [`FifoError::Transform`] when the
+    /// transform panics.
+    pub fn prepare_list_item(&self, obj: K) -> Result<ListItem<K>, FifoError> {
+        let key = key_of(&obj)?;
+        if let Some(rv) = obj
+            .meta()
+            .resource_version
+            .as_deref()
+            .filter(|rv| !rv.is_empty())
+            && let Some(cached) = self.known.as_ref().and_then(|k| k.get_by_key(&key))
+            && cached.meta().resource_version.as_deref() == Some(rv)
+        {
+            return Ok(ListItem::Ready(cached));
+        }
+        Ok(ListItem::Ready(self.transformed(&key, obj)?))
     }
 
     /// Queues a [`DeltaType::Deleted`] tombstone for `key` whose current state cannot be
@@ -273,20 +349,23 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                 .get(key)
                 .and_then(|deltas| deltas.last())
                 .map(|d| Arc::clone(d.object.object()));
-            match newest.or_else(|| self.known.as_ref().and_then(|k| k.get_by_key(key))) {
-                Some(obj) => {
-                    let tombstone = DeletedFinalStateUnknown {
-                        key: key.clone(),
-                        obj,
-                    };
-                    state.queue_action(
-                        key.clone(),
-                        DeltaType::Deleted,
-                        DeltaObject::DeletedFinalStateUnknown(tombstone),
-                    )
-                }
-                None => false,
-            }
+            let queued =
+                match newest.or_else(|| self.known.as_ref().and_then(|k| k.get_by_key(key))) {
+                    Some(obj) => {
+                        let tombstone = DeletedFinalStateUnknown {
+                            key: key.clone(),
+                            obj,
+                        };
+                        state.queue_action(
+                            key.clone(),
+                            DeltaType::Deleted,
+                            DeltaObject::DeletedFinalStateUnknown(tombstone),
+                        )
+                    }
+                    None => false,
+                };
+            self.note_synced(&state);
+            queued
         };
         if queued {
             self.wake.notify_one();
@@ -307,7 +386,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), FifoError> {
         let items = list
             .into_iter()
-            .map(|obj| ListItem::Ready(self.transformed(obj)))
+            .map(|obj| ListItem::Decoded(Box::new(obj)))
             .collect();
         self.replace_items(items, resource_version)
     }
@@ -333,11 +412,12 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             .collect::<Result<Vec<_>, _>>()?;
         let objs: Vec<Arc<K>> = list
             .into_iter()
-            .map(|item| match item {
-                ListItem::Decoded(obj) => self.transformed(*obj),
-                ListItem::Ready(obj) => obj,
+            .zip(&keys)
+            .map(|(item, key)| match item {
+                ListItem::Decoded(obj) => self.transformed(key, *obj),
+                ListItem::Ready(obj) => Ok(obj),
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let mut listed: HashSet<ObjectKey> = HashSet::with_capacity(keys.len());
         let mut newly_queued = false;
         {
@@ -399,6 +479,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                 state.initial_population_count = listed.len() + queued_deletions;
             }
             resource_version.clone_into(&mut state.last_sync_resource_version);
+            self.note_synced(&state);
         }
         if newly_queued {
             self.wake.notify_waiters();
@@ -442,7 +523,9 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     ///
     /// `process` runs while the FIFO's lock is held, as in client-go, so that a concurrent
     /// `replace` cannot infer deletions from a store the consumer is halfway through updating.
-    /// It must therefore not call into this FIFO (that would deadlock) and should be quick.
+    /// It must therefore not call into this FIFO (that would deadlock), must not block, and
+    /// should be quick: the informer updates its cache in `process` and hands notifications to
+    /// its handlers only after `pop` has returned, with the lock released.
     ///
     /// # Errors
     ///
@@ -469,7 +552,9 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                     let Some(deltas) = state.items.remove(&key) else {
                         continue;
                     };
-                    return Ok(process(deltas, is_in_initial_list));
+                    let out = process(deltas, is_in_initial_list);
+                    self.note_synced(&state);
+                    return Ok(out);
                 }
                 if state.closed {
                     return Err(FifoError::Closed);
@@ -477,13 +562,6 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             }
             notified.await;
         }
-    }
-
-    /// Closes the FIFO: waiting and future [`pop`](Self::pop)s return [`FifoError::Closed`] once
-    /// the queue is empty. Producers are not refused, as in client-go.
-    pub fn close(&self) {
-        self.state.lock().closed = true;
-        self.wake.notify_waiters();
     }
 
     /// Whether [`close`](Self::close) was called.
@@ -520,6 +598,47 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     /// The resource version passed to the last [`replace`](Self::replace).
     pub fn last_sync_resource_version(&self) -> String {
         self.state.lock().last_sync_resource_version.clone()
+    }
+}
+
+impl<K> DeltaFifo<K> {
+    /// Closes the FIFO: waiting and future [`pop`](Self::pop)s return [`FifoError::Closed`] once
+    /// the queue is empty. Producers are not refused, as in client-go.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+        self.wake.notify_waiters();
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> ReflectorStore<K> for DeltaFifo<K> {
+    type ListItem = ListItem<K>;
+
+    fn add(&self, obj: K) -> Result<(), FifoError> {
+        DeltaFifo::add(self, obj)
+    }
+
+    fn update(&self, obj: K) -> Result<(), FifoError> {
+        DeltaFifo::update(self, obj)
+    }
+
+    fn delete(&self, obj: K) -> Result<(), FifoError> {
+        DeltaFifo::delete(self, obj)
+    }
+
+    fn list_item(&self, obj: K) -> Result<ListItem<K>, FifoError> {
+        self.prepare_list_item(obj)
+    }
+
+    fn replace(&self, items: Vec<ListItem<K>>, resource_version: &str) -> Result<(), FifoError> {
+        self.replace_items(items, resource_version)
+    }
+
+    fn resync(&self) -> Result<(), FifoError> {
+        DeltaFifo::resync(self)
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        self.delete_final_state_unknown(key);
     }
 }
 

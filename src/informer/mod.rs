@@ -18,7 +18,7 @@ use tokio::{sync::watch, task::JoinHandle};
 pub use handler::{
     Event, FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs,
 };
-use processor::{Listener, Processor, determine_resync_period};
+use processor::{Listener, Processor, Reservation, determine_resync_period};
 pub use registration::{EventStream, ResourceEventHandlerRegistration};
 
 use crate::{
@@ -49,6 +49,27 @@ pub enum InformerError {
     /// memory); the handler was not registered.
     #[error("cannot spawn an event handler thread")]
     HandlerThread(#[source] std::io::Error),
+    /// The registration belongs to another informer; nothing was removed.
+    #[error("the registration belongs to another informer")]
+    ForeignRegistration,
+}
+
+/// Where an informer is in its life. Every way out of [`SharedIndexInformer::run`] (it returns,
+/// its future is dropped, or something in it panics) ends in [`Stopped`](Self::Stopped), so
+/// [`SharedIndexInformer::shutdown`] and [`SharedIndexInformer::wait_for_cache_sync`] can
+/// always wait for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Lifecycle {
+    /// Created; handlers, indexers, a transform and an error handler may be set.
+    NotStarted,
+    /// The reflector lists and watches; changes reach the cache and the handlers.
+    Running,
+    /// [`shutdown`](SharedIndexInformer::shutdown) was called; the informer is winding down.
+    Stopping,
+    /// Stopped for good: the reflector and every handler have finished, and no handler can be
+    /// added.
+    Stopped,
 }
 
 /// Informer options.
@@ -157,11 +178,9 @@ where
     K: Resource + Send + Sync + 'static,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.inner.state.lock();
         f.debug_struct("SharedIndexInformer")
             .field("type", &std::any::type_name::<K>())
-            .field("started", &st.started)
-            .field("stopped", &st.stopped)
+            .field("lifecycle", &self.lifecycle())
             .field("objects", &self.inner.indexer.len())
             .finish()
     }
@@ -175,13 +194,12 @@ pub(crate) struct Inner<K> {
     /// Held while deltas are applied, and while a late handler is replayed the cache, so the
     /// replay and live notifications never interleave (client-go `blockDeltas`).
     block_deltas: Mutex<()>,
-    shutdown: watch::Sender<bool>,
+    lifecycle: watch::Sender<Lifecycle>,
     reflector_config: ReflectorConfig,
 }
 
 struct State<K> {
     started: bool,
-    stopped: bool,
     resync_check_period: Duration,
     default_resync: Duration,
     transform: Option<TransformFn<K>>,
@@ -202,7 +220,7 @@ where
 
     /// Like [`new`](Self::new) with a shared lister-watcher.
     pub fn from_arc(lw: Arc<dyn ListerWatcher<K>>, config: InformerConfig) -> Self {
-        let (shutdown, _) = watch::channel(false);
+        let (lifecycle, _) = watch::channel(Lifecycle::NotStarted);
         Self {
             inner: Arc::new(Inner {
                 lw,
@@ -210,7 +228,6 @@ where
                 processor: Processor::new(),
                 state: Mutex::new(State {
                     started: false,
-                    stopped: false,
                     resync_check_period: config.resync_period,
                     default_resync: config.resync_period,
                     transform: None,
@@ -220,7 +237,7 @@ where
                     task: None,
                 }),
                 block_deltas: Mutex::new(()),
-                shutdown,
+                lifecycle,
                 reflector_config: config.reflector,
             }),
         }
@@ -306,7 +323,7 @@ where
     ) -> Result<Arc<Listener<K>>, InformerError> {
         let inner = &self.inner;
         let mut st = inner.state.lock();
-        if st.stopped {
+        if inner.stop_requested() {
             return Err(InformerError::Stopped);
         }
         let mut requested = requested;
@@ -348,7 +365,7 @@ where
         inner.processor.add(listener.clone())?;
         listener.start_resync_clock(tokio::time::Instant::now());
         for obj in inner.indexer.list() {
-            listener.queue.push_unbounded(Event::Add {
+            listener.queue.push(Event::Add {
                 obj,
                 is_in_initial_list: true,
             });
@@ -358,8 +375,20 @@ where
 
     /// Removes a handler (client-go `RemoveEventHandler`); it finishes the notification in hand
     /// and stops. Removing twice is harmless.
-    pub fn remove_event_handler(&self, registration: &ResourceEventHandlerRegistration<K>) {
-        self.inner.remove_listener(registration.id());
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::ForeignRegistration`] for a registration of another informer, which is
+    /// left alone (registrations are matched by identity, as client-go matches the handle).
+    pub fn remove_event_handler(
+        &self,
+        registration: &ResourceEventHandlerRegistration<K>,
+    ) -> Result<(), InformerError> {
+        if !registration.belongs_to(&self.inner) {
+            return Err(InformerError::ForeignRegistration);
+        }
+        registration.remove();
+        Ok(())
     }
 
     /// Adds indexes; works before and after start (existing objects are indexed at once).
@@ -420,25 +449,49 @@ where
     }
 
     /// Waits until [`has_synced`](Self::has_synced), or returns `false` if the informer stops
-    /// first.
+    /// first. Waits on signals (the informer's [`Lifecycle`] and the FIFO's sync), never polls.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe.
     pub async fn wait_for_cache_sync(&self) -> bool {
-        let mut stopped = self.inner.shutdown.subscribe();
-        loop {
-            if self.has_synced() {
-                return true;
+        let mut lifecycle = self.inner.lifecycle.subscribe();
+        // Wait for the FIFO to exist (the informer runs) or for the end.
+        let fifo = loop {
+            if let Some(f) = self.inner.state.lock().fifo.clone() {
+                break f;
             }
-            if *stopped.borrow_and_update() || self.is_stopped() {
+            if *lifecycle.borrow_and_update() == Lifecycle::Stopped {
                 return false;
             }
-            tokio::select! {
-                _ = stopped.changed() => {}
-                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            if lifecycle.changed().await.is_err() {
+                return false;
             }
+        };
+        if fifo.has_synced() {
+            return true;
         }
+        tokio::select! {
+            () = fifo.wait_synced() => true,
+            _ = lifecycle.wait_for(|l| *l == Lifecycle::Stopped) => fifo.has_synced(),
+        }
+    }
+
+    /// Where the informer is in its life.
+    pub fn lifecycle(&self) -> Lifecycle {
+        *self.inner.lifecycle.borrow()
+    }
+
+    /// Waits until the informer has [`Stopped`](Lifecycle::Stopped) (without asking it to: see
+    /// [`shutdown`](Self::shutdown)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn stopped(&self) {
+        let mut rx = self.inner.lifecycle.subscribe();
+        // The sender lives in `inner`, which `self` keeps alive.
+        let _ = rx.wait_for(|l| *l == Lifecycle::Stopped).await;
     }
 
     /// The resourceVersion the informer last saw (client-go `LastSyncResourceVersion`).
@@ -459,7 +512,7 @@ where
 
     /// True once the informer has stopped (client-go `IsStopped`).
     pub fn is_stopped(&self) -> bool {
-        self.inner.state.lock().stopped
+        self.lifecycle() == Lifecycle::Stopped
     }
 
     /// Spawns [`run`](Self::run) on the current tokio runtime. Idempotent: a second call does
@@ -470,7 +523,7 @@ where
     /// Outside a tokio runtime.
     pub fn start(&self) {
         let mut st = self.inner.state.lock();
-        if st.started || st.stopped || st.task.is_some() {
+        if st.started || st.task.is_some() || self.inner.stop_requested() {
             return;
         }
         let me = self.clone();
@@ -480,44 +533,85 @@ where
     /// Runs the informer until [`shutdown`](Self::shutdown) is called: the reflector lists and
     /// watches, and every popped change updates the cache and reaches the handlers. Returns at
     /// once if it is already running or was stopped.
+    ///
+    /// Callbacks that panic do not end it: handler panics are caught per listener, panics in a
+    /// transform become [`FifoError::Transform`](crate::FifoError::Transform) reports (the object
+    /// is treated as undecodable), panics in index functions are logged and the object is left
+    /// out of that index, and a panicking watch-error handler is logged. Caught at the callback,
+    /// because only there does the informer know which object it concerns and can go on with
+    /// the rest; returning an error from `run` instead would stop every handler for one bad
+    /// object.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the informer: it ends in [`Lifecycle::Stopped`] (handler
+    /// threads are then told to stop but not joined).
     pub async fn run(&self) {
         let Some((fifo, reflector)) = self.prepare() else {
             return;
         };
         let inner = self.inner.clone();
-        let mut stop = inner.shutdown.subscribe();
-        let stopped = async move {
-            let _ = stop.wait_for(|s| *s).await;
+        // Whatever happens from here on (return, drop, panic), the informer ends `Stopped`.
+        let guard = StopGuard {
+            inner: inner.clone(),
+            fifo: fifo.clone(),
         };
-        let mut stop2 = inner.shutdown.subscribe();
+        let mut stop = inner.lifecycle.subscribe();
+        let stop_requested = async move {
+            let _ = stop.wait_for(|l| *l != Lifecycle::Running).await;
+        };
+        let mut stop2 = inner.lifecycle.subscribe();
         let reflector_run = reflector.run(async move {
-            let _ = stop2.wait_for(|s| *s).await;
+            let _ = stop2.wait_for(|l| *l != Lifecycle::Running).await;
         });
         let process = {
             let inner = inner.clone();
             let fifo = fifo.clone();
             async move {
-                while fifo
-                    .pop(|deltas, initial| inner.handle_deltas(deltas, initial))
-                    .await
-                    .is_ok()
-                {}
+                loop {
+                    let deferred = match fifo
+                        .pop(|deltas, initial| inner.apply_deltas(deltas, initial))
+                        .await
+                    {
+                        Ok(d) => d,
+                        Err(_) => break,
+                    };
+                    // The FIFO lock is released: a full bounded handler makes this wait as a
+                    // future, while the reflector (polled in the same task) keeps reading the
+                    // watch and changes merge in the FIFO.
+                    for r in deferred {
+                        r.deliver().await;
+                    }
+                }
             }
         };
         tokio::select! {
-            () = stopped => {}
+            () = stop_requested => {}
             () = reflector_run => {}
             () = process => {}
         }
         fifo.close();
         join_threads(inner.processor.stop_all()).await;
-        inner.state.lock().stopped = true;
+        drop(guard);
     }
 
     fn prepare(&self) -> Option<(Arc<DeltaFifo<K>>, Reflector<K>)> {
         let inner = &self.inner;
         let mut st = inner.state.lock();
-        if st.stopped || st.fifo.is_some() {
+        if st.fifo.is_some() {
+            return None;
+        }
+        // Under the state lock, which `shutdown` takes too: it either sees `Running` and waits
+        // for this run to stop, or stops the informer before it ever runs.
+        let started = inner.lifecycle.send_if_modified(|l| {
+            if *l == Lifecycle::NotStarted {
+                *l = Lifecycle::Running;
+                true
+            } else {
+                false
+            }
+        });
+        if !started {
             return None;
         }
         st.started = true;
@@ -549,36 +643,103 @@ where
     }
 
     /// Stops the informer and waits until its reflector, processing loop and every handler
-    /// thread have finished. Idempotent.
+    /// thread have finished: it returns once the informer is [`Lifecycle::Stopped`], and waits
+    /// on that state, never polls. Idempotent, and safe to call from a handler (a handler
+    /// thread is not joined by itself).
+    ///
+    /// A `run` future driven by the caller stops as well; `shutdown` then waits for it to wind
+    /// down, so keep polling it (or drop it, which also ends in `Stopped`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the informer stops all the same.
     pub async fn shutdown(&self) {
-        self.inner.shutdown.send_replace(true);
         let (task, never_ran) = {
             let mut st = self.inner.state.lock();
-            let never_ran = st.fifo.is_none();
-            if never_ran {
-                st.stopped = true;
-            }
+            let mut never_ran = false;
+            self.inner.lifecycle.send_if_modified(|l| match *l {
+                Lifecycle::NotStarted => {
+                    never_ran = true;
+                    *l = Lifecycle::Stopped;
+                    true
+                }
+                Lifecycle::Running => {
+                    *l = Lifecycle::Stopping;
+                    true
+                }
+                Lifecycle::Stopping | Lifecycle::Stopped => false,
+            });
             (st.task.take(), never_ran)
         };
+        if never_ran {
+            join_threads(self.inner.processor.stop_all()).await;
+        }
         if let Some(t) = task {
             let _ = t.await;
         }
-        if never_ran {
-            join_threads(self.inner.processor.stop_all()).await;
-            return;
-        }
-        // A `run` driven by the caller: wait until it has wound down.
-        while !self.is_stopped() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        self.stopped().await;
     }
 
-    /// Like [`run`](Self::run) but stops when `signal` completes.
+    /// Like [`run`](Self::run) but stops when `signal` completes; returns once the informer is
+    /// [`Lifecycle::Stopped`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`run`](Self::run).
     pub async fn run_until(&self, signal: impl Future<Output = ()>) {
+        let run = self.run();
+        tokio::pin!(run);
         tokio::select! {
-            () = self.run() => {}
-            () = signal => { self.shutdown().await; }
+            () = &mut run => return,
+            () = signal => {}
         }
+        self.inner.request_stop();
+        // Let the run wind down (close the FIFO, join the handler threads) to `Stopped`.
+        run.await;
+        self.stopped().await;
+    }
+}
+
+/// Ends an informer's run in [`Lifecycle::Stopped`] however it ends: returned, dropped, or
+/// unwound by a panic.
+struct StopGuard<K> {
+    inner: Arc<Inner<K>>,
+    fifo: Arc<DeltaFifo<K>>,
+}
+
+impl<K> Drop for StopGuard<K> {
+    fn drop(&mut self) {
+        self.fifo.close();
+        // Joined already on the normal path; on a drop or a panic the threads are told to stop
+        // (their queues close) and left to finish on their own.
+        drop(self.inner.processor.stop_all());
+        self.inner.lifecycle.send_replace(Lifecycle::Stopped);
+    }
+}
+
+impl<K> Inner<K> {
+    /// Shutdown was asked for (or the informer has stopped).
+    fn stop_requested(&self) -> bool {
+        matches!(
+            *self.lifecycle.borrow(),
+            Lifecycle::Stopping | Lifecycle::Stopped
+        )
+    }
+
+    /// Asks a running informer to stop; one that never ran stops at once.
+    fn request_stop(&self) {
+        let _st = self.state.lock();
+        self.lifecycle.send_if_modified(|l| match *l {
+            Lifecycle::NotStarted | Lifecycle::Running => {
+                *l = if *l == Lifecycle::Running {
+                    Lifecycle::Stopping
+                } else {
+                    Lifecycle::Stopped
+                };
+                true
+            }
+            Lifecycle::Stopping | Lifecycle::Stopped => false,
+        });
     }
 }
 
@@ -594,8 +755,11 @@ where
             .is_some_and(|f| f.has_synced())
     }
 
-    /// client-go `processDeltas`: apply each delta to the cache and notify.
-    fn handle_deltas(&self, deltas: Deltas<K>, is_in_initial_list: bool) {
+    /// client-go `processDeltas`: apply each delta to the cache and notify. Runs under the FIFO
+    /// lock and never waits: unbounded listeners get their notifications at once, bounded ones
+    /// get reservations, handed back to be delivered once the lock is released.
+    fn apply_deltas(&self, deltas: Deltas<K>, is_in_initial_list: bool) -> Vec<Reservation<K>> {
+        let mut deferred = Vec::new();
         let _block = self.block_deltas.lock();
         for d in deltas {
             match d.kind {
@@ -617,8 +781,11 @@ where
                             // only listeners due for a resync hear of it.
                             let is_sync =
                                 old.meta().resource_version == obj.meta().resource_version;
-                            self.processor
-                                .distribute(Event::Update { old, new: obj }, is_sync);
+                            self.processor.distribute(
+                                Event::Update { old, new: obj },
+                                is_sync,
+                                &mut deferred,
+                            );
                         }
                         None => self.processor.distribute(
                             Event::Add {
@@ -626,6 +793,7 @@ where
                                 is_in_initial_list,
                             },
                             false,
+                            &mut deferred,
                         ),
                     }
                 }
@@ -642,16 +810,18 @@ where
                             tracing::warn!(error = %e, "delete of an object without a valid key")
                         }
                     }
-                    self.processor.distribute(Event::Delete(d.object), false);
+                    self.processor
+                        .distribute(Event::Delete(d.object), false, &mut deferred);
                 }
             }
         }
+        deferred
     }
 }
 
 impl<K> Inner<K> {
-    pub(crate) fn remove_listener(&self, id: u64) {
-        if let Some(l) = self.processor.remove(id) {
+    pub(crate) fn remove_listener(&self, listener: &Arc<Listener<K>>) {
+        if let Some(l) = self.processor.remove(listener) {
             // Do not join here: removal may be called from inside a handler.
             drop(l.stop());
         }
@@ -661,7 +831,7 @@ impl<K> Inner<K> {
 impl<K> Drop for Inner<K> {
     fn drop(&mut self) {
         // Handler tasks and threads hold only their queue: closing it lets them exit on their own.
-        self.shutdown.send_replace(true);
+        self.lifecycle.send_replace(Lifecycle::Stopped);
         drop(self.processor.stop_all());
     }
 }

@@ -16,9 +16,11 @@ use std::{
     time::Duration,
 };
 
-use futures::{StreamExt, task::LocalSpawnExt};
+use futures::{FutureExt, StreamExt, task::LocalSpawnExt};
 use parking_lot::{Condvar, Mutex, RwLock};
 use tokio::{sync::Notify, time::Instant};
+
+use crate::panic_message;
 
 use super::{
     InformerError,
@@ -28,13 +30,19 @@ use super::{
 /// client-go's `initialBufferSize`: a listener's ring buffer starts here and doubles as needed.
 const INITIAL_BUFFER: usize = 1024;
 
+/// How long a listener pauses after its handler panicked before it takes the next notification
+/// (client-go `processorListener.run` restarts its loop after a panic with `wait.Until(..., 1s)`).
+/// Nothing is dropped: the notifications wait in the listener's buffer.
+pub(crate) const PANIC_PAUSE: Duration = Duration::from_secs(1);
+
 /// A listener's queue: an unbounded ring buffer, woken by a condvar (thread consumers) or a
 /// `Notify` (task and stream consumers).
 pub(crate) struct ListenerQueue<K> {
     state: Mutex<QueueState<K>>,
     cond: Condvar,
-    /// With a bounded buffer: signalled when the consumer takes notifications out.
-    space: Condvar,
+    /// With a bounded buffer: signalled when the consumer takes notifications out. A `Notify`,
+    /// so the informer waits for room as a future, never blocking a runtime thread.
+    space: Notify,
     capacity: Option<usize>,
     notify: Notify,
     /// Adds with `is_in_initial_list` queued and not yet fully handled (client-go
@@ -62,7 +70,7 @@ impl<K> ListenerQueue<K> {
                 closed: false,
             }),
             cond: Condvar::new(),
-            space: Condvar::new(),
+            space: Notify::new(),
             capacity,
             notify: Notify::new(),
             initial_pending: AtomicUsize::new(0),
@@ -71,29 +79,11 @@ impl<K> ListenerQueue<K> {
         }
     }
 
-    /// Queues a notification. With a bounded buffer that is full, waits until the consumer
-    /// makes room (back-pressure on the informer) or the listener is closed.
+    /// Queues a notification, ignoring any bound: every notification of an unbounded listener,
+    /// and the replay of the cache to a late handler (done before its consumer may be running).
     pub(crate) fn push(&self, ev: Event<K>) {
-        self.push_inner(ev, true);
-    }
-
-    /// Queues a notification ignoring the bound: the replay of the cache to a late handler, done
-    /// before its consumer may be running.
-    pub(crate) fn push_unbounded(&self, ev: Event<K>) {
-        self.push_inner(ev, false);
-    }
-
-    fn push_inner(&self, ev: Event<K>, bounded: bool) {
-        if ev.is_initial_add() {
-            self.initial_pending.fetch_add(1, Ordering::AcqRel);
-        }
-        self.pending.fetch_add(1, Ordering::AcqRel);
+        self.reserve(&ev);
         let mut st = self.state.lock();
-        if let (true, Some(cap)) = (bounded, self.capacity) {
-            while !st.closed && st.buf.len() >= cap {
-                self.space.wait(&mut st);
-            }
-        }
         if st.closed {
             drop(st);
             self.finished(&ev);
@@ -101,8 +91,76 @@ impl<K> ListenerQueue<K> {
         }
         st.buf.push_back(ev);
         drop(st);
+        self.wake_consumer();
+    }
+
+    /// Counts a notification as pending before it is in the buffer: a bounded listener's
+    /// notifications are reserved under the FIFO lock and delivered after it is released, and
+    /// `has_synced` must not see the gap.
+    fn reserve(&self, ev: &Event<K>) {
+        if ev.is_initial_add() {
+            self.initial_pending.fetch_add(1, Ordering::AcqRel);
+        }
+        self.pending.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Buffers a reserved notification once the bounded buffer has room (back-pressure), or
+    /// drops it if the listener closes first. Returns the notification while it must wait, so
+    /// a dropped [`Reservation`] still accounts for it.
+    fn try_push_reserved(&self, ev: Event<K>) -> Result<(), Event<K>> {
+        let mut st = self.state.lock();
+        if st.closed {
+            drop(st);
+            self.finished(&ev);
+            return Ok(());
+        }
+        if st.buf.len() >= self.capacity.unwrap_or(usize::MAX) {
+            return Err(ev);
+        }
+        st.buf.push_back(ev);
+        drop(st);
+        self.wake_consumer();
+        Ok(())
+    }
+
+    fn wake_consumer(&self) {
         self.cond.notify_one();
         self.notify.notify_one();
+    }
+
+    /// After a handler panic: waits [`PANIC_PAUSE`] on the consumer's thread, or less if the
+    /// listener closes.
+    fn pause_blocking(&self) {
+        let deadline = std::time::Instant::now() + PANIC_PAUSE;
+        let mut st = self.state.lock();
+        while !st.closed && !self.cond.wait_until(&mut st, deadline).timed_out() {}
+    }
+
+    /// After a handler panic: a future that waits [`PANIC_PAUSE`], or less if the listener
+    /// closes. The handler thread runs no timer of its own, so a short-lived thread sleeps for
+    /// it; panics are rare and this runs at most once a second per listener.
+    async fn pause(&self) {
+        let (tx, rx) = futures::channel::oneshot::channel::<()>();
+        let timer = std::thread::Builder::new()
+            .name("informer-handler-pause".into())
+            .spawn(move || {
+                std::thread::sleep(PANIC_PAUSE);
+                let _ = tx.send(());
+            });
+        if timer.is_err() {
+            return;
+        }
+        let mut rx = rx.fuse();
+        loop {
+            let notified = self.notify.notified();
+            if self.is_closed() {
+                return;
+            }
+            futures::select! {
+                _ = rx => return,
+                () = notified.fuse() => {}
+            }
+        }
     }
 
     /// Marks one notification handled.
@@ -129,7 +187,8 @@ impl<K> ListenerQueue<K> {
         };
         self.finished_all(dropped);
         self.cond.notify_all();
-        self.space.notify_all();
+        self.space.notify_waiters();
+        self.space.notify_one();
         self.notify.notify_waiters();
         self.notify.notify_one();
     }
@@ -147,7 +206,9 @@ impl<K> ListenerQueue<K> {
                     // Bounded: take one at a time, so buffered plus in hand never exceeds the
                     // bound by more than the one being handled.
                     into.extend(st.buf.pop_front());
+                    drop(st);
                     self.space.notify_one();
+                    return true;
                 } else {
                     // Swap buffers: the producer keeps pushing into a fresh ring while this
                     // thread works through the batch without holding the lock.
@@ -185,6 +246,7 @@ impl<K> ListenerQueue<K> {
         }
         let ev = st.buf.pop_front();
         if ev.is_some() && self.capacity.is_some() {
+            drop(st);
             self.space.notify_one();
         }
         Ok(ev)
@@ -200,6 +262,42 @@ impl<K> ListenerQueue<K> {
 
     pub(crate) fn initial_pending(&self) -> usize {
         self.initial_pending.load(Ordering::Acquire)
+    }
+}
+
+/// A notification for a bounded listener, counted as pending under the FIFO lock and delivered
+/// after it is released (see [`Processor::distribute`]). Dropped undelivered (the informer
+/// stopped while it waited for room), it is accounted as finished.
+pub(crate) struct Reservation<K> {
+    listener: Arc<Listener<K>>,
+    ev: Option<Event<K>>,
+}
+
+impl<K> Reservation<K> {
+    /// Waits for room in the listener's buffer and buffers the notification.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped before it completes, the notification is accounted as finished.
+    pub(crate) async fn deliver(mut self) {
+        let queue = self.listener.queue.clone();
+        while let Some(ev) = self.ev.take() {
+            let space = queue.space.notified();
+            tokio::pin!(space);
+            space.as_mut().enable();
+            if let Err(ev) = queue.try_push_reserved(ev) {
+                self.ev = Some(ev);
+                space.await;
+            }
+        }
+    }
+}
+
+impl<K> Drop for Reservation<K> {
+    fn drop(&mut self) {
+        if let Some(ev) = self.ev.take() {
+            self.listener.queue.finished(&ev);
+        }
     }
 }
 
@@ -347,10 +445,17 @@ impl<K> Listener<K> {
                 let mut last = slice;
                 while let Some(ev) = batch.pop_front() {
                     if !queue.is_closed() {
-                        handle_one(&mut *handler, &ev, &name);
+                        let panicked = handle_one(&mut *handler, &ev, &name);
                         let now = std::time::Instant::now();
                         slow.check(now - last, &name);
                         last = now;
+                        if panicked {
+                            queue.finished(&ev);
+                            queue.pause().await;
+                            slice = std::time::Instant::now();
+                            last = slice;
+                            continue;
+                        }
                     }
                     queue.finished(&ev);
                     // A long batch must not keep the other handlers on this thread waiting.
@@ -383,10 +488,11 @@ impl<K> Listener<K> {
                 let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
                 while queue.take_blocking(&mut batch) {
                     while let Some(ev) = batch.pop_front() {
-                        if !queue.is_closed() {
-                            handle_one(&mut *handler, &ev, &name);
-                        }
+                        let panicked = !queue.is_closed() && handle_one(&mut *handler, &ev, &name);
                         queue.finished(&ev);
+                        if panicked {
+                            queue.pause_blocking();
+                        }
                     }
                 }
                 queue.finished_all(batch.drain(..));
@@ -425,9 +531,6 @@ impl<K> Listener<K> {
 pub(crate) struct Processor<K> {
     listeners: RwLock<Vec<Arc<Listener<K>>>>,
     next_id: AtomicU64,
-    /// Set once a listener with a bounded buffer joins: pushes may then block, so they must not
-    /// hold the listeners lock (a handler removing itself would deadlock).
-    any_bounded: AtomicBool,
     /// Started with the first handler that runs as a task.
     dispatcher: Mutex<Option<Dispatcher>>,
     /// Set by [`stop_all`](Self::stop_all): no listener or handler thread may start afterwards.
@@ -439,7 +542,6 @@ impl<K> Processor<K> {
         Self {
             listeners: RwLock::new(Vec::new()),
             next_id: AtomicU64::new(1),
-            any_bounded: AtomicBool::new(false),
             dispatcher: Mutex::new(None),
             stopped: AtomicBool::new(false),
         }
@@ -495,16 +597,14 @@ impl<K> Processor<K> {
             drop(l.stop());
             return Err(InformerError::Stopped);
         }
-        if l.queue.capacity.is_some() {
-            self.any_bounded.store(true, Ordering::Release);
-        }
         listeners.push(l);
         Ok(())
     }
 
-    pub(crate) fn remove(&self, id: u64) -> Option<Arc<Listener<K>>> {
+    /// Removes this very listener (matched by identity, never by id: ids are per informer).
+    pub(crate) fn remove(&self, listener: &Arc<Listener<K>>) -> Option<Arc<Listener<K>>> {
         let mut g = self.listeners.write();
-        let pos = g.iter().position(|l| l.id == id)?;
+        let pos = g.iter().position(|l| Arc::ptr_eq(l, listener))?;
         Some(g.remove(pos))
     }
 
@@ -512,13 +612,40 @@ impl<K> Processor<K> {
         self.listeners.read().clone()
     }
 
-    /// Sends a notification to every listener, or for a resync only to those due.
-    pub(crate) fn distribute(&self, ev: Event<K>, is_sync: bool) {
-        if self.any_bounded.load(Ordering::Acquire) {
-            let targets: Vec<_> = self.listeners.read().clone();
-            fan_out(targets.iter(), ev, is_sync);
-        } else {
-            fan_out(self.listeners.read().iter(), ev, is_sync);
+    /// Sends a notification to every listener, or for a resync only to those due. Unbounded
+    /// listeners get it at once (a push never waits); for a bounded one it is reserved into
+    /// `deferred`, for the informer to deliver once the FIFO lock is released, so a full bounded
+    /// buffer holds back the informer as a future, never a runtime thread with the lock held.
+    /// The targets are fixed here, under the lock that orders deltas and late registrations.
+    pub(crate) fn distribute(
+        &self,
+        ev: Event<K>,
+        is_sync: bool,
+        deferred: &mut Vec<Reservation<K>>,
+    ) {
+        let listeners = self.listeners.read();
+        let mut targets = listeners
+            .iter()
+            .filter(|l| !is_sync || l.syncing.load(Ordering::Acquire))
+            .peekable();
+        let mut ev = Some(ev);
+        while let Some(l) = targets.next() {
+            // Cloned for all but the last target.
+            let this = if targets.peek().is_none() {
+                ev.take()
+            } else {
+                ev.clone()
+            };
+            let Some(ev) = this else { return };
+            if l.queue.capacity.is_some() {
+                l.queue.reserve(&ev);
+                deferred.push(Reservation {
+                    listener: l.clone(),
+                    ev: Some(ev),
+                });
+            } else {
+                l.queue.push(ev);
+            }
         }
     }
 
@@ -555,24 +682,6 @@ impl<K> Processor<K> {
     }
 }
 
-/// Pushes `ev` to each target (only those due, for a resync), cloning for all but the last.
-fn fan_out<'a, K: 'a>(
-    listeners: impl Iterator<Item = &'a Arc<Listener<K>>>,
-    ev: Event<K>,
-    is_sync: bool,
-) {
-    let mut targets = listeners
-        .filter(|l| !is_sync || l.syncing.load(Ordering::Acquire))
-        .peekable();
-    while let Some(l) = targets.next() {
-        if targets.peek().is_none() {
-            l.queue.push(ev);
-            return;
-        }
-        l.queue.push(ev.clone());
-    }
-}
-
 /// client-go `determineResyncPeriod`: a handler cannot resync more often than the informer
 /// checks, and an informer that never checks resyncs no handler.
 pub(crate) fn determine_resync_period(desired: Duration, check: Duration) -> Duration {
@@ -589,16 +698,26 @@ pub(crate) fn determine_resync_period(desired: Duration, check: Duration) -> Dur
     desired.max(check)
 }
 
-/// Calls the handler for one notification; a panic is logged and the next notification follows.
-fn handle_one<K: 'static>(handler: &mut dyn ResourceEventHandler<K>, ev: &Event<K>, name: &str) {
+/// Calls the handler for one notification; a panic is logged and reported (`true`), and the
+/// caller pauses the listener for [`PANIC_PAUSE`] before the next notification, so a handler
+/// that panics on everything cannot spin a core and flood the logs.
+fn handle_one<K: 'static>(
+    handler: &mut dyn ResourceEventHandler<K>,
+    ev: &Event<K>,
+    name: &str,
+) -> bool {
     let res = std::panic::catch_unwind(AssertUnwindSafe(|| ev.dispatch(handler)));
-    if let Err(panic) = res {
-        let msg = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "non-string panic".to_owned());
-        tracing::error!(handler = %name, panic = %msg, "event handler panicked; continuing with the next event");
+    match res {
+        Ok(()) => false,
+        Err(panic) => {
+            tracing::error!(
+                handler = %name,
+                panic = %panic_message(&*panic),
+                pause = ?PANIC_PAUSE,
+                "event handler panicked; its next notification follows after a pause"
+            );
+            true
+        }
     }
 }
 

@@ -42,8 +42,9 @@ where
         self.listener.clone()
     }
 
-    pub(crate) fn id(&self) -> u64 {
-        self.listener.id
+    /// Whether this registration was made on the informer `inner`.
+    pub(crate) fn belongs_to(&self, inner: &Arc<Inner<K>>) -> bool {
+        std::ptr::eq(self.informer.as_ptr(), Arc::as_ptr(inner))
     }
 
     /// True once the informer has synced and this handler has handled every add of the initial
@@ -61,7 +62,7 @@ where
     /// Removes the handler from its informer.
     pub fn remove(&self) {
         if let Some(i) = self.informer.upgrade() {
-            i.remove_listener(self.listener.id);
+            i.remove_listener(&self.listener);
         }
     }
 }
@@ -123,7 +124,7 @@ impl<K> Stream for EventStream<K> {
 impl<K> Drop for EventStream<K> {
     fn drop(&mut self) {
         if let Some(i) = self.registration.informer.upgrade() {
-            i.remove_listener(self.registration.listener.id);
+            i.remove_listener(&self.registration.listener);
         }
     }
 }

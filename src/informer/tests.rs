@@ -151,7 +151,19 @@ async fn relist_with_vanished_objects_delivers_tombstones() {
         None,
         vec![cm("ns", "a", "5"), cm("ns", "b", "6")],
     )))
-    .watch(WatchScript::Fail(api_error(410, "Expired", "too old")))
+    // A watch that delivered something, then expired: the relist follows a backoff step, by
+    // when the first list has been handled.
+    .watch(WatchScript::Events(vec![
+        Ok(WatchEvent::Bookmark {
+            resource_version: "6".into(),
+            initial_events_end: false,
+        }),
+        Ok(WatchEvent::Error(Box::new({
+            let mut s = kube::core::Status::failure("too old", "Expired");
+            s.code = 410;
+            s
+        }))),
+    ]))
     .list(Ok(page(
         "20",
         None,
@@ -869,4 +881,348 @@ async fn bounded_buffer_applies_back_pressure_and_loses_nothing() {
     let want: Vec<_> = (0..N).map(|i| format!("add ns/o{i} {}", i + 2)).collect();
     assert_eq!(got, want, "order and completeness for the other handler");
     inf.shutdown().await;
+}
+
+// Exit paths and back-pressure (issue #11), registration identity and panic pauses (#18).
+
+/// Waits for `f` with a deadline whose failure says what hung.
+async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within 10 s: likely deadlocked"))
+}
+
+#[tokio::test]
+async fn run_until_returns_once_the_signal_fires_and_ends_stopped() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    let (rec, log) = recorder();
+    inf.add_event_handler(rec).unwrap();
+    within(
+        "run_until",
+        inf.run_until(tokio::time::sleep(Duration::from_millis(500))),
+    )
+    .await;
+    assert_eq!(inf.lifecycle(), Lifecycle::Stopped);
+    assert!(inf.is_stopped());
+    assert_eq!(log.lock().clone(), ["add ns/a 1 initial"]);
+    // Everything after is immediate and refuses new work.
+    within("shutdown after run_until", inf.shutdown()).await;
+    assert!(matches!(
+        inf.add_event_handler(ResourceEventHandlerFuncs::new()),
+        Err(InformerError::Stopped)
+    ));
+    assert!(within("wait_for_cache_sync after stop", inf.wait_for_cache_sync()).await);
+}
+
+#[tokio::test]
+async fn a_dropped_run_future_ends_stopped_and_shutdown_returns() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    {
+        let run = inf.run();
+        tokio::pin!(run);
+        // Drive it until it has synced, then drop it mid-run.
+        tokio::select! {
+            () = &mut run => panic!("run ended on its own"),
+            synced = inf.wait_for_cache_sync() => assert!(synced),
+        }
+        assert_eq!(inf.lifecycle(), Lifecycle::Running);
+    }
+    assert_eq!(inf.lifecycle(), Lifecycle::Stopped);
+    within("shutdown after a dropped run", inf.shutdown()).await;
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_a_run_driven_by_the_caller() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![])));
+    let inf = informer(&lw);
+    let run = tokio::spawn({
+        let inf = inf.clone();
+        async move { inf.run().await }
+    });
+    assert!(within("sync", inf.wait_for_cache_sync()).await);
+    within("shutdown", inf.shutdown()).await;
+    assert!(inf.is_stopped());
+    within("run returns", run).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_panic_in_the_run_task_still_ends_stopped() {
+    // A `ShouldResync` that panics runs inside the informer's own task (the reflector's resync
+    // tick), standing for any bug there: the drop guard must still end the lifecycle.
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    let fifo = Arc::new(DeltaFifo::<ConfigMap>::new(None));
+    let guard = StopGuard {
+        inner: inf.inner.clone(),
+        fifo: fifo.clone(),
+    };
+    inf.inner.lifecycle.send_replace(Lifecycle::Running);
+    let task = tokio::spawn(async move {
+        let _guard = guard;
+        panic!("a bug inside the run task");
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    assert_eq!(inf.lifecycle(), Lifecycle::Stopped);
+    assert!(fifo.is_closed());
+    within("shutdown after a panic", inf.shutdown()).await;
+}
+
+#[tokio::test]
+async fn panics_in_transform_index_and_error_handler_are_caught_and_reported() {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "1",
+        None,
+        vec![cm("ns", "a", "1"), cm("ns", "bad", "1")],
+    )));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let errs = errors.clone();
+    inf.set_watch_error_handler(Arc::new(move |e| {
+        errs.lock().push(e.to_string());
+        panic!("the error handler itself panics");
+    }))
+    .unwrap();
+    inf.set_transform(Arc::new(|o: ConfigMap| {
+        assert!(o.metadata.name.as_deref() != Some("bad"), "transform bug");
+        o
+    }))
+    .unwrap();
+    inf.add_indexers(
+        BTreeMap::from([(
+            "by-value".to_owned(),
+            Arc::new(|o: &ConfigMap| {
+                let v = o.data.as_ref().and_then(|d| d.get("v")).cloned();
+                assert!(v.as_deref() != Some("3"), "index function bug");
+                v.into_iter().collect::<Vec<_>>()
+            }) as crate::IndexFn<ConfigMap>,
+        )])
+        .into_iter()
+        .collect(),
+    )
+    .unwrap();
+    let (rec, log) = recorder();
+    inf.add_event_handler(rec).unwrap();
+    inf.start();
+    assert!(within("sync", inf.wait_for_cache_sync()).await);
+    // An object whose index function panics is still cached (and delivered), just not indexed.
+    tx.send(Ok(WatchEvent::Added(cm("ns", "c", "3")))).unwrap();
+    // The transform keeps panicking on `bad`: its update is reported and left out.
+    tx.send(Ok(WatchEvent::Modified(cm("ns", "bad", "4"))))
+        .unwrap();
+    tx.send(Ok(WatchEvent::Added(cm("ns", "d", "5")))).unwrap();
+    let got = log_reaches(&log, 3).await;
+    assert_eq!(got, ["add ns/a 1 initial", "add ns/c 3", "add ns/d 5"]);
+    assert!(inf.indexer().get_by_key("ns/c").is_some());
+    assert!(inf.indexer().by_index("by-value", "3").unwrap().is_empty());
+    assert_eq!(inf.indexer().by_index("by-value", "5").unwrap().len(), 1);
+    assert!(inf.indexer().get_by_key("ns/bad").is_none());
+    let errors = errors.lock().clone();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("transform panicked on ns/bad")),
+        "{errors:?}"
+    );
+    assert_eq!(inf.lifecycle(), Lifecycle::Running);
+    inf.shutdown().await;
+}
+
+/// A bounded handler blocked on a gate; the rest of the informer must go on.
+fn blocked_bounded_handler(
+    inf: &SharedIndexInformer<ConfigMap>,
+) -> (
+    std::sync::mpsc::SyncSender<()>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let (open, gate) = std::sync::mpsc::sync_channel::<()>(1000);
+    let gate = Mutex::new(gate);
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let inner = inf.clone();
+    let slow = ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+        // A bounded handler may ask the informer about itself without deadlocking.
+        let _ = inner.has_synced();
+        let _ = gate.lock().recv();
+        seen.fetch_add(1, Ordering::SeqCst);
+    });
+    inf.add_event_handler_with_options(slow, HandlerOptions::default().bounded_buffer(1))
+        .unwrap();
+    (open, calls)
+}
+
+async fn full_bounded_buffer_never_blocks_the_runtime() {
+    const N: usize = 50;
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![])));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    let (open, calls) = blocked_bounded_handler(&inf);
+    let (rec, log) = recorder();
+    inf.add_event_handler(rec).unwrap();
+    inf.start();
+    assert!(within("sync", inf.wait_for_cache_sync()).await);
+    for i in 0..N {
+        tx.send(Ok(WatchEvent::Added(cm(
+            "ns",
+            &format!("o{i}"),
+            &(i + 2).to_string(),
+        ))))
+        .unwrap();
+    }
+    // With the bounded handler stuck on its first call and its buffer full, the watch is still
+    // read to the end (the reflector runs), the FIFO holds the rest, and the informer answers.
+    let last = (N + 1).to_string();
+    eventually("the watch to be read to its end", || {
+        inf.last_sync_resource_version() == last
+    })
+    .await;
+    assert!(inf.has_synced());
+    assert!(calls.load(Ordering::SeqCst) <= 1);
+    // The other handler is held back (back-pressure is informer-wide), but nothing is lost.
+    for _ in 0..N {
+        open.send(()).unwrap();
+    }
+    eventually("every event reached both handlers", || {
+        log.lock().len() == N && calls.load(Ordering::SeqCst) == N
+    })
+    .await;
+    within("shutdown", inf.shutdown()).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn full_bounded_buffer_never_blocks_a_current_thread_runtime() {
+    full_bounded_buffer_never_blocks_the_runtime().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_bounded_buffer_never_blocks_a_multi_thread_runtime() {
+    full_bounded_buffer_never_blocks_the_runtime().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn shutdown_with_a_full_bounded_buffer_returns_and_accounts_for_everything() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![])));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    let (open, _calls) = blocked_bounded_handler(&inf);
+    inf.start();
+    assert!(within("sync", inf.wait_for_cache_sync()).await);
+    for i in 0..5 {
+        tx.send(Ok(WatchEvent::Added(cm("ns", &format!("o{i}"), "2"))))
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The handler is still stuck in its first call: shutdown must not wait on the delivery.
+    let shutdown = tokio::spawn({
+        let inf = inf.clone();
+        async move { inf.shutdown().await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    open.send(()).unwrap();
+    within("shutdown with a full bounded buffer", shutdown)
+        .await
+        .unwrap();
+    assert!(inf.is_stopped());
+}
+
+#[tokio::test]
+async fn removing_a_registration_through_another_informer_removes_nothing() {
+    let lw1 = MockLw::new();
+    let lw2 = MockLw::new();
+    let inf1 = informer(&lw1);
+    let inf2 = informer(&lw2);
+    let reg1 = inf1
+        .add_event_handler(ResourceEventHandlerFuncs::new())
+        .unwrap();
+    let (rec, log) = recorder();
+    let reg2 = inf2.add_event_handler(rec).unwrap();
+    assert!(matches!(
+        inf2.remove_event_handler(&reg1),
+        Err(InformerError::ForeignRegistration)
+    ));
+    lw2.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    inf2.start();
+    assert_eq!(log_reaches(&log, 1).await, ["add ns/a 1 initial"]);
+    // Its own registration is removed, and removing again is harmless.
+    inf2.remove_event_handler(&reg2).unwrap();
+    inf2.remove_event_handler(&reg2).unwrap();
+    inf1.remove_event_handler(&reg1).unwrap();
+    inf1.shutdown().await;
+    inf2.shutdown().await;
+}
+
+async fn panicking_handler_pauses_after_each_panic(options: HandlerOptions) {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "3",
+        None,
+        vec![cm("ns", "a", "1"), cm("ns", "b", "2"), cm("ns", "c", "3")],
+    )));
+    let inf = informer(&lw);
+    let calls: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
+    let seen = calls.clone();
+    let poisoned = ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+        seen.lock().push(std::time::Instant::now());
+        panic!("poisoned handler");
+    });
+    let reg = inf
+        .add_event_handler_with_options(poisoned, options)
+        .unwrap();
+    inf.start();
+    eventually("all three calls", || calls.lock().len() == 3).await;
+    let calls = calls.lock().clone();
+    for pair in calls.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= processor::PANIC_PAUSE - Duration::from_millis(50),
+            "a panicking handler was called again after {:?}",
+            pair[1] - pair[0]
+        );
+    }
+    eventually("nothing left pending", || reg.pending() == 0).await;
+    assert!(inf.has_synced());
+    inf.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panicking_handler_on_the_shared_thread_pauses_and_loses_nothing() {
+    panicking_handler_pauses_after_each_panic(HandlerOptions::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panicking_handler_on_its_own_thread_pauses_and_loses_nothing() {
+    panicking_handler_pauses_after_each_panic(HandlerOptions::default().dedicated_thread()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_handler_does_not_hold_up_the_others_or_shutdown() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let tx = lw.watch_channel();
+    let inf = informer(&lw);
+    inf.add_event_handler(
+        ResourceEventHandlerFuncs::new().on_add(|_: &Arc<ConfigMap>, _| panic!("poisoned handler")),
+    )
+    .unwrap();
+    let (rec, log) = recorder();
+    inf.add_event_handler(rec).unwrap();
+    inf.start();
+    assert!(within("sync", inf.wait_for_cache_sync()).await);
+    tx.send(Ok(WatchEvent::Added(cm("ns", "b", "2")))).unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(
+        log_reaches(&log, 2).await,
+        ["add ns/a 1 initial", "add ns/b 2"]
+    );
+    assert!(started.elapsed() < processor::PANIC_PAUSE);
+    within("shutdown during a pause", inf.shutdown()).await;
 }

@@ -34,6 +34,62 @@ impl Default for BackoffConfig {
     }
 }
 
+/// Why a [`BackoffConfig`] cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackoffConfigError {
+    /// `initial` is zero: every retry would be immediate.
+    #[error("backoff initial delay must be positive")]
+    ZeroInitial,
+    /// `max` is below `initial`.
+    #[error("backoff max ({max:?}) is below the initial delay ({initial:?})")]
+    MaxBelowInitial {
+        /// The initial delay.
+        initial: Duration,
+        /// The maximum delay.
+        max: Duration,
+    },
+    /// `factor` is not a finite number of at least 1.
+    #[error("backoff factor must be a finite number >= 1, got {0}")]
+    Factor(f64),
+    /// `jitter` is not a finite number between 0 and 10.
+    #[error("backoff jitter must be a finite number in [0, 10], got {0}")]
+    Jitter(f64),
+}
+
+impl BackoffConfig {
+    /// Checks the settings: `initial` positive, `max >= initial`, `factor` finite and at least 1,
+    /// `jitter` finite in `[0, 10]`. A reflector given an invalid backoff logs the error and uses
+    /// the default instead.
+    ///
+    /// # Errors
+    ///
+    /// The first setting that is out of range.
+    pub fn validate(&self) -> Result<(), BackoffConfigError> {
+        if self.initial.is_zero() {
+            return Err(BackoffConfigError::ZeroInitial);
+        }
+        if self.max < self.initial {
+            return Err(BackoffConfigError::MaxBelowInitial {
+                initial: self.initial,
+                max: self.max,
+            });
+        }
+        if !self.factor.is_finite() || self.factor < 1.0 {
+            return Err(BackoffConfigError::Factor(self.factor));
+        }
+        if !self.jitter.is_finite() || !(0.0..=10.0).contains(&self.jitter) {
+            return Err(BackoffConfigError::Jitter(self.jitter));
+        }
+        Ok(())
+    }
+}
+
+/// `d × f`, saturating at `cap` instead of panicking on overflow (`Duration::mul_f64` panics).
+fn scaled(d: Duration, f: f64, cap: Duration) -> Duration {
+    Duration::try_from_secs_f64(d.as_secs_f64() * f).map_or(cap, |v| v.min(cap))
+}
+
 /// Backoff state: call [`Backoff::next_delay`] at each failure.
 #[derive(Debug)]
 pub(crate) struct Backoff {
@@ -68,17 +124,17 @@ impl Backoff {
         if self.current.is_zero() || healthy_for.is_some_and(|d| d >= self.config.reset_after) {
             self.current = self.config.initial;
         } else {
-            self.current = self
-                .current
-                .mul_f64(self.config.factor)
-                .min(self.config.max);
+            self.current = scaled(self.current, self.config.factor, self.config.max);
         }
         self.last = Some(now);
         let jitter = self.config.jitter.max(0.0);
         if jitter == 0.0 {
             self.current
         } else {
-            self.current.mul_f64(1.0 + jitter * self.rng.f64())
+            // The jittered delay may exceed `max`, as in client-go (`wait.Jitter` after the cap),
+            // but never overflows.
+            let ceiling = self.config.max.saturating_mul(11);
+            scaled(self.current, 1.0 + jitter * self.rng.f64(), ceiling)
         }
     }
 
@@ -118,6 +174,52 @@ mod tests {
         b.waited();
         tokio::time::advance(Duration::from_secs(120)).await;
         assert_eq!(b.next_delay(), Duration::from_millis(800));
+    }
+
+    #[test]
+    fn invalid_configs_are_refused_and_extreme_ones_never_panic() {
+        let ok = BackoffConfig::default();
+        assert_eq!(ok.validate(), Ok(()));
+        let bad = [
+            BackoffConfig {
+                initial: Duration::ZERO,
+                ..ok
+            },
+            BackoffConfig {
+                max: Duration::from_millis(1),
+                ..ok
+            },
+            BackoffConfig {
+                factor: f64::NAN,
+                ..ok
+            },
+            BackoffConfig { factor: 0.5, ..ok },
+            BackoffConfig {
+                factor: f64::INFINITY,
+                ..ok
+            },
+            BackoffConfig { jitter: -1.0, ..ok },
+            BackoffConfig {
+                jitter: f64::NAN,
+                ..ok
+            },
+        ];
+        for b in bad {
+            assert!(b.validate().is_err(), "{b:?}");
+        }
+        // Valid but extreme: huge factor and max saturate instead of overflowing.
+        let huge = BackoffConfig {
+            initial: Duration::from_secs(1),
+            max: Duration::MAX,
+            factor: 1e300,
+            jitter: 10.0,
+            reset_after: Duration::MAX,
+        };
+        assert_eq!(huge.validate(), Ok(()));
+        let mut b = Backoff::new(huge);
+        for _ in 0..5 {
+            let _ = b.next_delay();
+        }
     }
 
     #[tokio::test(start_paused = true)]

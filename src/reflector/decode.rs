@@ -470,6 +470,12 @@ impl<K: DeserializeOwned, T> ListDecoder<K, T> {
         Ok(())
     }
 
+    /// Bytes received and not yet decoded: the value being received (plus what may follow it in
+    /// the last chunk). A caller bounds memory by failing the body once this passes its limit.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
     /// Ends the body: decodes what is still buffered and returns the page.
     ///
     /// # Errors

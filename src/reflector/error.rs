@@ -26,6 +26,14 @@ pub enum ListWatchError {
     /// The watch stream broke while being read.
     #[error("watch stream broke: {0}")]
     Stream(#[source] kube::Error),
+    /// A list item or watch event grew past the configured maximum size before it ended
+    /// ([`ApiListerWatcher::max_object_bytes`](super::ApiListerWatcher::max_object_bytes)); the
+    /// request was abandoned rather than buffering without bound.
+    #[error("a list item or watch event exceeds the maximum object size of {limit} bytes")]
+    TooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
 }
 
 impl ListWatchError {

@@ -12,14 +12,20 @@ use kube::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::fifo::ListItem;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
 use super::{
     decode::{
-        LineFramer, ListDecoder, ListPage, WatchEvent, decode_watch_event, undecodable_event,
+        LineFramer, ListDecoder, ListPage, UndecodableObject, WatchEvent, decode_watch_event,
+        undecodable_event,
     },
     error::ListWatchError,
 };
+
+/// The default [`ApiListerWatcher::max_object_bytes`]: 16 MiB, ten times etcd's default request
+/// limit of 1.5 MiB (`--max-request-bytes`), which bounds what one stored object can be; its
+/// JSON (managedFields, escaping) can be a few times its stored size.
+pub const DEFAULT_MAX_OBJECT_BYTES: usize = 16 << 20;
 
 /// Options of one list request, as the reflector chooses them (client-go `metav1.ListOptions`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -59,28 +65,29 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// One list request (one page when `limit` is set).
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>>;
 
-    /// One list request whose items are handed to `prepare` one by one as they are decoded. The
-    /// reflector lists through this: it transforms each object at once (so a transform that
-    /// drops fields lowers the peak, not just the steady state) and swaps an object still cached
-    /// at the same resourceVersion for the cached `Arc`, so a relist costs the cache plus what
-    /// changed rather than a second full copy.
+    /// One list request whose items are handed to `sink` one by one, as soon as each is
+    /// decoded. The reflector lists through this: its store turns each object into the form it
+    /// keeps at once (see [`ReflectorStore::list_item`](super::ReflectorStore::list_item)), so a
+    /// list is never held as decoded objects next to the cache.
     ///
-    /// The default calls [`list`](Self::list) and maps the finished page; implementations that
+    /// The default calls [`list`](Self::list) and feeds the finished page; implementations that
     /// decode incrementally (as [`ApiListerWatcher`] does, feeding each received chunk to a
     /// [`ListDecoder`](super::decode::ListDecoder)) should override it.
-    fn list_reusing<'a>(
+    fn list_each<'a>(
         &'a self,
         options: ListOptions,
-        prepare: Prepare<'a, K>,
-    ) -> BoxFuture<'a, Result<ListPage<ListItem<K>>, ListWatchError>>
+        sink: ItemSink<'a, K>,
+    ) -> BoxFuture<'a, Result<ListSummary, ListWatchError>>
     where
         K: Send + 'a,
     {
         async move {
             let page = self.list(options).await?;
-            Ok(ListPage {
+            let items = page.items.len();
+            page.items.into_iter().for_each(&mut *sink);
+            Ok(ListSummary {
                 metadata: page.metadata,
-                items: page.items.into_iter().map(prepare).collect(),
+                items,
                 undecodable: page.undecodable,
             })
         }
@@ -92,9 +99,31 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>>;
 }
 
-/// Turns each listed object, as soon as it is decoded, into what the FIFO will queue (see
-/// [`ListerWatcher::list_reusing`]).
-pub type Prepare<'a, K> = &'a (dyn Fn(K) -> ListItem<K> + Send + Sync);
+/// Receives each listed object as soon as it is decoded (see [`ListerWatcher::list_each`]).
+pub type ItemSink<'a, K> = &'a mut (dyn FnMut(K) + Send);
+
+/// A list response whose items went to an [`ItemSink`].
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct ListSummary {
+    /// The list's `metadata`: `resourceVersion`, `continue`, `remainingItemCount`.
+    pub metadata: ListMeta,
+    /// How many items went to the sink.
+    pub items: usize,
+    /// Items that do not decode as `K`, left out (see [`ListPage::undecodable`]).
+    pub undecodable: Vec<UndecodableObject>,
+}
+
+impl ListSummary {
+    /// A summary of a list with this metadata and item count.
+    pub fn new(metadata: ListMeta, items: usize) -> Self {
+        Self {
+            metadata,
+            items,
+            undecodable: Vec::new(),
+        }
+    }
+}
 
 /// [`ListerWatcher`] over a `kube::Client`, for typed resources (every `k8s-openapi` type and
 /// `#[derive(CustomResource)]` types), [`DynamicObject`](kube::api::DynamicObject)s with an
@@ -119,6 +148,7 @@ pub struct ApiListerWatcher<K> {
     metadata_only: bool,
     label_selector: Option<String>,
     field_selector: Option<String>,
+    max_object_bytes: usize,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -130,6 +160,7 @@ impl<K> Clone for ApiListerWatcher<K> {
             metadata_only: self.metadata_only,
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
+            max_object_bytes: self.max_object_bytes,
             _k: PhantomData,
         }
     }
@@ -142,6 +173,7 @@ impl<K> fmt::Debug for ApiListerWatcher<K> {
             .field("metadata_only", &self.metadata_only)
             .field("label_selector", &self.label_selector)
             .field("field_selector", &self.field_selector)
+            .field("max_object_bytes", &self.max_object_bytes)
             .finish()
     }
 }
@@ -175,8 +207,19 @@ impl<K> ApiListerWatcher<K> {
             metadata_only,
             label_selector: None,
             field_selector: None,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             _k: PhantomData,
         }
+    }
+
+    /// The largest list item or watch event accepted, in bytes (default
+    /// [`DEFAULT_MAX_OBJECT_BYTES`], 16 MiB). One that grows past it before it ends fails the
+    /// request with [`ListWatchError::TooLarge`] instead of being buffered without bound: the
+    /// reflector reports it and relists after a backoff step.
+    #[must_use]
+    pub fn max_object_bytes(mut self, limit: usize) -> Self {
+        self.max_object_bytes = limit.max(1);
+        self
     }
 
     /// Restricts to objects matching a label selector (`labelSelector`, e.g. `app=web,tier!=db`).
@@ -289,22 +332,37 @@ where
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         async move {
             let res = self.send_list(&options).await?;
-            decode_list_body(res.into_body().into_data_stream(), |k| k).await
+            decode_list_body(
+                res.into_body().into_data_stream(),
+                self.max_object_bytes,
+                |k| k,
+            )
+            .await
         }
         .boxed()
     }
 
-    fn list_reusing<'a>(
+    fn list_each<'a>(
         &'a self,
         options: ListOptions,
-        prepare: Prepare<'a, K>,
-    ) -> BoxFuture<'a, Result<ListPage<ListItem<K>>, ListWatchError>>
+        sink: ItemSink<'a, K>,
+    ) -> BoxFuture<'a, Result<ListSummary, ListWatchError>>
     where
         K: Send + 'a,
     {
         async move {
             let res = self.send_list(&options).await?;
-            decode_list_body(res.into_body().into_data_stream(), prepare).await
+            let page = decode_list_body(
+                res.into_body().into_data_stream(),
+                self.max_object_bytes,
+                |k| sink(k),
+            )
+            .await?;
+            Ok(ListSummary {
+                metadata: page.metadata,
+                items: page.items.len(),
+                undecodable: page.undecodable,
+            })
         }
         .boxed()
     }
@@ -326,16 +384,21 @@ where
             q.pair("resourceVersion", &options.resource_version);
             let res = self.send(self.request(q.finish(), true)?).await?;
             let body = res.into_body().into_data_stream();
-            Ok(watch_event_stream::<K, _>(body))
+            Ok(watch_event_stream_limited::<K, _>(
+                body,
+                self.max_object_bytes,
+            ))
         }
         .boxed()
     }
 }
 
 /// Decodes a list response body chunk by chunk as it arrives, so only a small window of it is
-/// held (see [`ListDecoder`]) rather than the whole body next to the decoded objects.
+/// held (see [`ListDecoder`]) rather than the whole body next to the decoded objects. A value
+/// that is still unfinished after `limit` bytes (plus the decoder's margin) fails the list.
 async fn decode_list_body<K, T, S>(
     body: S,
+    limit: usize,
     mut map: impl FnMut(K) -> T + Send,
 ) -> Result<ListPage<T>, ListWatchError>
 where
@@ -344,8 +407,12 @@ where
 {
     let mut body = std::pin::pin!(body);
     let mut decoder = ListDecoder::<K, T>::new();
+    let window = limit.saturating_add(super::decode::LIST_DECODER_MARGIN);
     while let Some(chunk) = body.next().await {
         decoder.push(&chunk.map_err(ListWatchError::Request)?, &mut map)?;
+        if decoder.buffered() > window {
+            return Err(ListWatchError::TooLarge { limit });
+        }
     }
     Ok(decoder.finish(&mut map)?)
 }
@@ -360,19 +427,31 @@ where
     K: DeserializeOwned + Send + 'static,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
 {
+    watch_event_stream_limited(body, usize::MAX)
+}
+
+/// [`watch_event_stream`] where a line still unfinished after `limit` bytes ends the stream with
+/// [`ListWatchError::TooLarge`].
+pub(crate) fn watch_event_stream_limited<K, S>(body: S, limit: usize) -> WatchStream<K>
+where
+    K: DeserializeOwned + Send + 'static,
+    S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
+{
     struct State<S> {
         body: std::pin::Pin<Box<S>>,
         framer: LineFramer,
         lines: std::collections::VecDeque<Vec<u8>>,
         done: bool,
+        too_large: bool,
     }
     let state = State {
         body: Box::pin(body),
         framer: LineFramer::new(),
         lines: std::collections::VecDeque::new(),
         done: false,
+        too_large: false,
     };
-    futures::stream::unfold(state, |mut st| async move {
+    futures::stream::unfold(state, move |mut st| async move {
         loop {
             if let Some(line) = st.lines.pop_front() {
                 let ev = decode_watch_event::<K>(&line).map_err(|e| match undecodable_event(&line, e) {
@@ -381,11 +460,23 @@ where
                 });
                 return Some((ev, st));
             }
+            if st.too_large {
+                st.too_large = false;
+                st.framer = LineFramer::new();
+                return Some((Err(ListWatchError::TooLarge { limit }), st));
+            }
             if st.done {
                 return None;
             }
             match st.body.next().await {
-                Some(Ok(chunk)) => st.lines.extend(st.framer.push(&chunk)),
+                Some(Ok(chunk)) => {
+                    st.lines.extend(st.framer.push(&chunk));
+                    if st.framer.pending().len() > limit {
+                        // Yield the lines before it first: they are whole events.
+                        st.done = true;
+                        st.too_large = true;
+                    }
+                }
                 Some(Err(e)) => {
                     st.done = true;
                     return Some((Err(ListWatchError::Stream(e)), st));
@@ -493,9 +584,10 @@ mod tests {
         use k8s_openapi::api::core::v1::ConfigMap;
         let body = br#"{"metadata":{"resourceVersion":"8"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#;
         let chunks = || body.chunks(5).map(|c| Ok(Bytes::copy_from_slice(c)));
-        let page = decode_list_body::<ConfigMap, _, _>(futures::stream::iter(chunks()), |k| k)
-            .await
-            .unwrap();
+        let page =
+            decode_list_body::<ConfigMap, _, _>(futures::stream::iter(chunks()), usize::MAX, |k| k)
+                .await
+                .unwrap();
         assert_eq!(page.items.len(), 2);
         assert_eq!(page.metadata.resource_version.as_deref(), Some("8"));
 
@@ -504,15 +596,17 @@ mod tests {
             .chain(std::iter::once(Err(kube::Error::ReadEvents(
                 std::io::Error::other("connection reset"),
             ))));
-        let err = decode_list_body::<ConfigMap, _, _>(futures::stream::iter(cut), |k| k)
-            .await
-            .unwrap_err();
+        let err =
+            decode_list_body::<ConfigMap, _, _>(futures::stream::iter(cut), usize::MAX, |k| k)
+                .await
+                .unwrap_err();
         assert!(matches!(err, ListWatchError::Request(_)), "{err:?}");
         // A body that just ends early is a decode error, not a short list.
         let short = chunks().take(10);
-        let err = decode_list_body::<ConfigMap, _, _>(futures::stream::iter(short), |k| k)
-            .await
-            .unwrap_err();
+        let err =
+            decode_list_body::<ConfigMap, _, _>(futures::stream::iter(short), usize::MAX, |k| k)
+                .await
+                .unwrap_err();
         assert!(matches!(err, ListWatchError::Decode(_)), "{err:?}");
     }
 }

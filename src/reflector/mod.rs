@@ -33,6 +33,8 @@ mod backoff;
 pub mod decode;
 mod error;
 mod listwatch;
+mod policy;
+mod store;
 
 use std::{collections::HashMap, future::Future, sync::Arc, time::Duration};
 
@@ -42,12 +44,15 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use backoff::Backoff;
-pub use backoff::BackoffConfig;
+pub use backoff::{BackoffConfig, BackoffConfigError};
 pub use decode::{ListPage, UndecodableObject, WatchEvent};
 pub use error::{Error, ListWatchError};
 pub use listwatch::{
-    ApiListerWatcher, ListOptions, ListerWatcher, Prepare, WatchOptions, WatchStream,
+    ApiListerWatcher, DEFAULT_MAX_OBJECT_BYTES, ItemSink, ListOptions, ListSummary, ListerWatcher,
+    WatchOptions, WatchStream,
 };
+use policy::{Next, Step, Then};
+pub use store::ReflectorStore;
 
 /// Internals reachable only for the fuzz targets in `fuzz/` and `tests/fuzz_decode.rs`; not part
 /// of the API and exempt from semver.
@@ -59,14 +64,22 @@ pub mod __fuzz {
 pub use crate::fifo::ListItem;
 use crate::{
     fifo::DeltaFifo,
+    panic_message,
     store::{ObjectKey, key_of},
 };
 
-/// A callback that sees every list/watch error (client-go `WatchErrorHandler`).
+/// A callback that sees every list/watch error (client-go `WatchErrorHandler`). A handler that
+/// panics is caught and logged; the reflector goes on.
 pub type WatchErrorHandler = Arc<dyn Fn(&Error) + Send + Sync>;
 
 /// Decides at each resync tick whether to queue a resync (the informer asks its listeners).
 pub type ShouldResync = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// The default [`ReflectorConfig::idle_timeout`]: kube-apiserver's watch cache sends a bookmark
+/// at least once a minute on every watch that allows them (`defaultBookmarkFrequency` in
+/// `k8s.io/apiserver/pkg/storage/cacher/cacher.go`), so a watch silent for longer than that plus
+/// 15 s of slack (the same slack as the cacher's `DefaultEventFreshDuration`) is dead.
+pub const DEFAULT_WATCH_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// Reflector options. Defaults mirror client-go's reflector.
 #[derive(Debug, Clone)]
@@ -77,10 +90,16 @@ pub struct ReflectorConfig {
     /// Watches ask for `timeoutSeconds` uniformly random in `[min, 2 × min]` (client-go
     /// `minWatchTimeout`, 5 min), spreading re-watches of many clients over time.
     pub min_watch_timeout: Duration,
-    /// How long a watch may deliver nothing (not even a bookmark) before it is treated as dead.
-    /// `None` (default) means the watch's own `timeoutSeconds` plus 60 s: the server promised to
-    /// end it by then.
-    pub idle_timeout: Option<Duration>,
+    /// How long a watch may deliver nothing, not even a bookmark, before its connection is
+    /// taken for dead and the watch is started again from the last resourceVersion. Default
+    /// [`DEFAULT_WATCH_IDLE_TIMEOUT`] (75 s), derived from the apiserver's bookmark cadence:
+    /// kube's HTTP/1.1 client sets no TCP keepalive and sends no HTTP/2 pings (client-go's
+    /// health checks notice a dead connection in 30-45 s), so without this a black-holed
+    /// connection would go unnoticed until the watch's own timeout. Servers without a watch
+    /// cache (`--watch-cache=false`, some aggregated APIs) send no bookmarks: there a quiet
+    /// watch is restarted every `idle_timeout`, which costs one request and no relist.
+    /// `Duration::ZERO` disables the check beyond the watch's `timeoutSeconds` plus 60 s.
+    pub idle_timeout: Duration,
     /// Backoff between failures.
     pub backoff: BackoffConfig,
     /// Use a streaming initial list (`sendInitialEvents`, KEP-3157) instead of list requests.
@@ -95,7 +114,7 @@ impl Default for ReflectorConfig {
         Self {
             page_size: 500,
             min_watch_timeout: Duration::from_secs(300),
-            idle_timeout: None,
+            idle_timeout: DEFAULT_WATCH_IDLE_TIMEOUT,
             backoff: BackoffConfig::default(),
             streaming_list: false,
             resync_period: Duration::ZERO,
@@ -121,11 +140,12 @@ impl ReflectorConfig {
     /// Sets [`Self::idle_timeout`].
     #[must_use]
     pub fn idle_timeout(mut self, d: Duration) -> Self {
-        self.idle_timeout = Some(d);
+        self.idle_timeout = d;
         self
     }
 
-    /// Sets [`Self::backoff`].
+    /// Sets [`Self::backoff`]. An invalid backoff is replaced by the default when the reflector
+    /// is built, with an error logged; check it first with [`BackoffConfig::validate`].
     #[must_use]
     pub fn backoff(mut self, b: BackoffConfig) -> Self {
         self.backoff = b;
@@ -175,10 +195,34 @@ impl ReflectorStatus {
     }
 }
 
-/// Lists and watches through a [`ListerWatcher`] and writes into a [`DeltaFifo`].
-pub struct Reflector<K> {
+/// The reflector's state between two steps: what it does next. Each step of
+/// [`Reflector::step`] performs one of these and returns the next one; the policy that picks
+/// the next state after a failure is the pure function [`policy::after`].
+enum State<K> {
+    /// List (or stream the initial list, when enabled and supported), replace the store, then
+    /// watch.
+    List,
+    /// Start a watch from the last resourceVersion.
+    Watch,
+    /// Read events from a running watch.
+    Watching(Watching<K>),
+    /// Wait out one backoff step, then go on.
+    BackOff(Then),
+}
+
+/// A running watch.
+struct Watching<K> {
+    stream: WatchStream<K>,
+    idle: Duration,
+    started: Instant,
+    events: usize,
+}
+
+/// Lists and watches through a [`ListerWatcher`] and writes what it sees into a
+/// [`ReflectorStore`] (by default a [`DeltaFifo`]).
+pub struct Reflector<K, S = DeltaFifo<K>> {
     lw: Arc<dyn ListerWatcher<K>>,
-    fifo: Arc<DeltaFifo<K>>,
+    store: Arc<S>,
     config: ReflectorConfig,
     error_handler: WatchErrorHandler,
     should_resync: Option<ShouldResync>,
@@ -203,34 +247,35 @@ pub fn default_watch_error_handler(name: &str, err: &Error) {
     }
 }
 
-impl<K> Reflector<K>
+impl<K, S> Reflector<K, S>
 where
     K: Resource + Send + Sync + 'static,
+    S: ReflectorStore<K>,
 {
-    /// A reflector writing what `lw` lists and watches into `fifo`.
-    pub fn new(
-        lw: impl ListerWatcher<K>,
-        fifo: Arc<DeltaFifo<K>>,
-        config: ReflectorConfig,
-    ) -> Self {
-        Self::from_arc(Arc::new(lw), fifo, config)
+    /// A reflector writing what `lw` lists and watches into `store`.
+    pub fn new(lw: impl ListerWatcher<K>, store: Arc<S>, config: ReflectorConfig) -> Self {
+        Self::from_arc(Arc::new(lw), store, config)
     }
 
     /// Like [`Reflector::new`] with a shared lister-watcher.
     pub fn from_arc(
         lw: Arc<dyn ListerWatcher<K>>,
-        fifo: Arc<DeltaFifo<K>>,
-        config: ReflectorConfig,
+        store: Arc<S>,
+        mut config: ReflectorConfig,
     ) -> Self {
         let name = std::any::type_name::<K>()
             .rsplit("::")
             .next()
             .unwrap_or("object")
             .to_owned();
+        if let Err(e) = config.backoff.validate() {
+            tracing::error!(reflector = %name, error = %e, "invalid backoff; using the default");
+            config.backoff = BackoffConfig::default();
+        }
         let handler_name = name.clone();
         Self {
             lw,
-            fifo,
+            store,
             backoff: Backoff::new(config.backoff),
             config,
             error_handler: Arc::new(move |e| default_watch_error_handler(&handler_name, e)),
@@ -276,30 +321,73 @@ where
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future stops the reflector; the FIFO keeps what was queued.
+    /// Dropping the future stops the reflector; the store keeps what it was given.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
-        let fifo = self.fifo.clone();
+        let store = self.store.clone();
         let period = self.config.resync_period;
         let should_resync = self.should_resync.clone();
-        let resync = resync_loop(fifo, period, should_resync);
+        let resync = resync_loop(store, period, should_resync);
+        let steps = async {
+            let mut state = State::List;
+            loop {
+                state = self.step(state).await;
+            }
+        };
         tokio::select! {
             () = shutdown => {}
             () = resync => {}
-            () = self.run_forever() => {}
+            () = steps => {}
         }
     }
 
-    async fn run_forever(&mut self) {
-        loop {
-            if let Err(e) = self.list_and_watch().await {
-                self.report(&e);
+    /// Performs one state and returns the next.
+    async fn step(&mut self, state: State<K>) -> State<K> {
+        match state {
+            State::List => match self.list_or_stream().await {
+                Ok(Some(watching)) => State::Watching(watching),
+                Ok(None) => State::Watch,
+                Err(e) => self.recover(Step::List, &e),
+            },
+            State::Watch => match self.start_watch().await {
+                Ok(watching) => State::Watching(watching),
+                Err(e) => self.recover(Step::WatchStart, &e),
+            },
+            State::Watching(mut w) => match self.next_event(&mut w).await {
+                Ok(true) => State::Watching(w),
+                // Ended as the server promised (timeoutSeconds): go on from the last version.
+                Ok(false) => State::Watch,
+                Err(e) => self.recover(
+                    Step::Watch {
+                        delivered: w.events > 0,
+                    },
+                    &e,
+                ),
+            },
+            State::BackOff(then) => {
+                self.back_off().await;
+                Next::Now(then).into()
             }
-            self.back_off().await;
         }
+    }
+
+    /// Reports `e` and decides what comes next (see [`policy::after`]).
+    fn recover(&mut self, step: Step, e: &Error) -> State<K> {
+        self.report(e);
+        let next = policy::after(step, e);
+        tracing::trace!(reflector = %self.name, ?step, ?next, "recovering");
+        next.into()
     }
 
     fn report(&self, e: &Error) {
-        (self.error_handler)(e);
+        let handler = &self.error_handler;
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(e))) {
+            tracing::error!(
+                reflector = %self.name,
+                error = %e,
+                panic = %panic_message(&*panic),
+                "the watch-error handler panicked; going on"
+            );
+        }
     }
 
     async fn back_off(&mut self) {
@@ -333,17 +421,20 @@ where
     }
 
     fn idle_timeout(&self, timeout_seconds: u32) -> Duration {
-        self.config
-            .idle_timeout
-            .unwrap_or_else(|| Duration::from_secs(u64::from(timeout_seconds) + 60))
+        let promised = Duration::from_secs(u64::from(timeout_seconds) + 60);
+        if self.config.idle_timeout.is_zero() {
+            promised
+        } else {
+            self.config.idle_timeout.min(promised)
+        }
     }
 
-    /// One list (or streaming list) followed by watches until a watch fails.
-    async fn list_and_watch(&mut self) -> Result<(), Error> {
-        let mut stream = None;
+    /// The `List` state: a streaming list when enabled (handing back its watch to go on with),
+    /// else a list.
+    async fn list_or_stream(&mut self) -> Result<Option<Watching<K>>, Error> {
         if self.config.streaming_list && !self.watch_list_unsupported {
             match self.watch_list().await {
-                Ok(s) => stream = Some(s),
+                Ok(w) => return Ok(Some(w)),
                 Err(e) => {
                     if e.list_watch_error()
                         .is_some_and(ListWatchError::is_bad_request)
@@ -351,64 +442,34 @@ where
                         // The server does not know sendInitialEvents: don't ask again.
                         self.watch_list_unsupported = true;
                     }
+                    // Fall back to a list at once: the list is what decides whether the server
+                    // is reachable.
                     self.report(&e);
                 }
             }
         }
-        if stream.is_none() {
-            self.list().await?;
-        }
-        loop {
-            let (s, timeout_seconds) = match stream.take() {
-                Some(s) => s,
-                None => {
-                    let timeout_seconds = self.watch_timeout_seconds();
-                    let options = WatchOptions {
-                        resource_version: self.last_rv.clone(),
-                        timeout_seconds,
-                        allow_bookmarks: true,
-                        send_initial_events: false,
-                    };
-                    match self.lw.watch(options).await {
-                        Ok(s) => (s, timeout_seconds),
-                        // Connection refused or 429: the server is there but busy or restarting;
-                        // keep the cache and retry the watch after a backoff (client-go
-                        // `isWatchErrorRetriable`).
-                        Err(e @ ListWatchError::Request(_)) => {
-                            self.report(&Error::WatchStart(e));
-                            self.back_off().await;
-                            continue;
-                        }
-                        Err(e) if e.is_too_many_requests() => {
-                            self.report(&Error::WatchStart(e));
-                            self.back_off().await;
-                            continue;
-                        }
-                        Err(e) => return Err(Error::WatchStart(e)),
-                    }
-                }
-            };
-            match self.handle_watch(s, timeout_seconds).await {
-                Ok(()) => {}
-                // A broken connection or an undecodable line: the events after the last
-                // version are fetched again by the next watch, so re-watch (after a backoff)
-                // instead of relisting.
-                Err(e @ Error::Watch(ListWatchError::Stream(_) | ListWatchError::Decode(_)))
-                | Err(e @ Error::IdleTimeout(_)) => {
-                    self.report(&e);
-                    self.back_off().await;
-                }
-                Err(Error::Watch(e)) if e.is_too_many_requests() => {
-                    self.report(&Error::Watch(e));
-                    self.back_off().await;
-                }
-                // 410 and other error events, very short watches: relist.
-                Err(e) => return Err(e),
-            }
-        }
+        self.list().await.map(|()| None)
     }
 
-    /// client-go `list`: paginated list, replace into the FIFO.
+    /// The `Watch` state: starts a watch from the last resourceVersion.
+    async fn start_watch(&mut self) -> Result<Watching<K>, Error> {
+        let timeout_seconds = self.watch_timeout_seconds();
+        let options = WatchOptions {
+            resource_version: self.last_rv.clone(),
+            timeout_seconds,
+            allow_bookmarks: true,
+            send_initial_events: false,
+        };
+        let stream = self.lw.watch(options).await.map_err(Error::WatchStart)?;
+        Ok(Watching {
+            stream,
+            idle: self.idle_timeout(timeout_seconds),
+            started: Instant::now(),
+            events: 0,
+        })
+    }
+
+    /// client-go `list`: paginated list, replace into the store.
     async fn list(&mut self) -> Result<(), Error> {
         let rv = self.relist_resource_version();
         let (items, list_rv) = match self.list_at(rv).await {
@@ -424,38 +485,15 @@ where
         };
         self.rv_unavailable = false;
         let n = items.len();
-        self.fifo
-            .replace_items(items, &list_rv)
-            .map_err(Error::Store)?;
+        self.store.replace(items, &list_rv).map_err(Error::Store)?;
         tracing::debug!(reflector = %self.name, items = n, resource_version = %list_rv, "listed");
         self.set_last_rv(&list_rv);
         Ok(())
     }
 
-    async fn list_at(&mut self, rv: String) -> Result<(Vec<ListItem<K>>, String), ListWatchError> {
-        // Each listed object is made ready for the FIFO as soon as it is decoded: swapped for the
-        // cached `Arc` when the cache holds the same resourceVersion (a relist then costs the
-        // cache plus what changed, not a second copy of everything, and handlers see the very
-        // same object on the resync), else transformed at once (so a transform that drops
-        // fields lowers the peak too).
-        let fifo = self.fifo.clone();
-        let prepare = move |obj: K| -> ListItem<K> {
-            // A keyless object is left for `replace_items` to reject with its error.
-            let Ok(key) = key_of(&obj) else {
-                return ListItem::Decoded(Box::new(obj));
-            };
-            if let Some(rv) = obj
-                .meta()
-                .resource_version
-                .as_deref()
-                .filter(|rv| !rv.is_empty())
-                && let Some(cached) = fifo.known_object(&key)
-                && cached.meta().resource_version.as_deref() == Some(rv)
-            {
-                return ListItem::Ready(cached);
-            }
-            ListItem::Ready(fifo.prepare_object(obj))
-        };
+    /// One list, page by page; each item goes to the store's [`ReflectorStore::list_item`] as
+    /// soon as it is decoded, so the list is collected in the store's form.
+    async fn list_at(&mut self, rv: String) -> Result<(Vec<S::ListItem>, String), ListWatchError> {
         let specific = !rv.is_empty() && rv != "0";
         let paginate = !specific || self.paginated_result;
         let first_at_zero = rv == "0";
@@ -466,58 +504,84 @@ where
             continue_token: None,
         };
         let mut items = Vec::new();
+        let mut rejected = Vec::new();
         let mut first = true;
         loop {
-            let page = match self.lw.list_reusing(options.clone(), &prepare).await {
-                Ok(p) => p,
+            let summary = match self
+                .list_page(options.clone(), &mut items, &mut rejected)
+                .await
+            {
+                Ok(s) => s,
                 Err(e) if e.is_expired() && options.continue_token.is_some() => {
                     // The snapshot the pages came from was compacted mid-list: one full list
                     // without a limit (client-go pager `FullListIfExpired`).
                     tracing::debug!(reflector = %self.name, "continue token expired; full list");
+                    items.clear();
+                    rejected.clear();
                     let full = ListOptions {
                         resource_version: String::new(),
                         ..Default::default()
                     };
-                    let page = self.lw.list_reusing(full, &prepare).await?;
-                    for u in page.undecodable {
-                        self.report(&Error::List(ListWatchError::Undecodable(Box::new(u))));
-                    }
-                    let rv = page.metadata.resource_version.unwrap_or_default();
-                    return Ok((page.items, rv));
+                    let summary = self.list_page(full, &mut items, &mut rejected).await?;
+                    self.report_list_rejects(summary.undecodable, rejected);
+                    let rv = summary.metadata.resource_version.unwrap_or_default();
+                    return Ok((items, rv));
                 }
                 Err(e) => return Err(e),
             };
-            for u in page.undecodable {
-                // Left out of the list: a cached version of it is then removed by the
-                // replace's tombstone, so the cache holds only objects that decode.
-                self.report(&Error::List(ListWatchError::Undecodable(Box::new(u))));
-            }
-            let cont = page.metadata.continue_.filter(|c| !c.is_empty());
+            let cont = summary.metadata.continue_.clone().filter(|c| !c.is_empty());
+            self.report_list_rejects(summary.undecodable, std::mem::take(&mut rejected));
             if first && first_at_zero && cont.is_some() {
                 // The server paginated a list at "0": it has no watch cache for this
                 // resource, so keep paginating later relists too.
                 self.paginated_result = true;
             }
             first = false;
-            if items.is_empty() {
-                items = page.items;
-            } else {
-                items.extend(page.items);
-            }
             match cont {
                 Some(c) => {
                     options.continue_token = Some(c);
                     options.resource_version.clear();
                     options.resource_version_match = None;
                 }
-                None => return Ok((items, page.metadata.resource_version.unwrap_or_default())),
+                None => return Ok((items, summary.metadata.resource_version.unwrap_or_default())),
             }
         }
     }
 
-    /// Streaming initial list: collects the initial events, replaces the FIFO at the end
-    /// bookmark, and hands back the same watch to go on with.
-    async fn watch_list(&mut self) -> Result<(WatchStream<K>, u32), Error> {
+    async fn list_page(
+        &self,
+        options: ListOptions,
+        items: &mut Vec<S::ListItem>,
+        rejected: &mut Vec<crate::fifo::FifoError>,
+    ) -> Result<ListSummary, ListWatchError> {
+        let store = &self.store;
+        let mut sink = |obj: K| match store.list_item(obj) {
+            Ok(item) => items.push(item),
+            Err(e) => rejected.push(e),
+        };
+        self.lw.list_each(options, &mut sink).await
+    }
+
+    /// Items of a list that were left out (they do not decode, or the store refused them): a
+    /// cached version of each is then removed by the replace's tombstone, so the cache holds
+    /// only objects that decode and went through the transform.
+    fn report_list_rejects(
+        &self,
+        undecodable: Vec<UndecodableObject>,
+        rejected: Vec<crate::fifo::FifoError>,
+    ) {
+        for u in undecodable {
+            self.report(&Error::List(ListWatchError::Undecodable(Box::new(u))));
+        }
+        for e in rejected {
+            self.report(&Error::Store(e));
+        }
+    }
+
+    /// Streaming initial list: collects the initial events in the store's list form (transformed,
+    /// cached objects reused, exactly as a list), replaces the store at the end bookmark, and
+    /// hands back the same watch to go on with.
+    async fn watch_list(&mut self) -> Result<Watching<K>, Error> {
         let timeout_seconds = self.watch_timeout_seconds();
         let idle = self.idle_timeout(timeout_seconds);
         let options = WatchOptions {
@@ -531,8 +595,9 @@ where
             send_initial_events: true,
         };
         let mut stream = self.lw.watch(options).await.map_err(Error::WatchList)?;
+        let started = Instant::now();
         // A temporary store: an object deleted during the initial events must not survive.
-        let mut initial: HashMap<ObjectKey, K> = HashMap::new();
+        let mut initial: HashMap<ObjectKey, S::ListItem> = HashMap::new();
         loop {
             let ev = match tokio::time::timeout(idle, stream.next()).await {
                 Err(_) => return Err(Error::IdleTimeout(idle)),
@@ -555,12 +620,24 @@ where
                 Ok(Some(Ok(ev))) => ev,
             };
             match ev {
-                WatchEvent::Added(o) | WatchEvent::Modified(o) => match key_of(&o) {
-                    Ok(k) => {
-                        initial.insert(k, o);
+                WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                    let key = match key_of(&o) {
+                        Ok(k) => k,
+                        Err(e) => {
+                            self.report(&Error::Store(e.into()));
+                            continue;
+                        }
+                    };
+                    match self.store.list_item(o) {
+                        Ok(item) => {
+                            initial.insert(key, item);
+                        }
+                        Err(e) => {
+                            initial.remove(&key);
+                            self.report(&Error::Store(e));
+                        }
                     }
-                    Err(e) => self.report(&Error::Store(e.into())),
-                },
+                }
                 WatchEvent::Deleted(o) => {
                     if let Ok(k) = key_of(&o) {
                         initial.remove(&k);
@@ -572,13 +649,18 @@ where
                 } => {
                     if initial_events_end {
                         let n = initial.len();
-                        self.fifo
+                        self.store
                             .replace(initial.into_values().collect(), &resource_version)
                             .map_err(Error::Store)?;
                         tracing::debug!(reflector = %self.name, items = n, resource_version = %resource_version, "streamed initial list");
                         self.rv_unavailable = false;
                         self.set_last_rv(&resource_version);
-                        return Ok((stream, timeout_seconds));
+                        return Ok(Watching {
+                            stream,
+                            idle,
+                            started,
+                            events: n + 1,
+                        });
                     }
                 }
                 WatchEvent::Error(status) => {
@@ -594,56 +676,67 @@ where
     /// forever; client-go relists, which loops the same way while the object exists.
     fn skip_undecodable(&mut self, u: UndecodableObject) {
         if let Some(key) = &u.key {
-            self.fifo.delete_final_state_unknown(key);
+            self.store.forget(key);
         }
         let rv = u.resource_version.clone().unwrap_or_default();
         self.report(&Error::Watch(ListWatchError::Undecodable(Box::new(u))));
-        self.set_last_rv(&rv);
+        self.advance(&rv);
     }
 
-    /// Applies one watch's events to the FIFO until it ends (client-go `handleWatch`).
-    async fn handle_watch(
-        &mut self,
-        mut stream: WatchStream<K>,
-        timeout_seconds: u32,
-    ) -> Result<(), Error> {
-        let idle = self.idle_timeout(timeout_seconds);
-        let start = Instant::now();
-        let mut events = 0usize;
-        loop {
-            let ev = match tokio::time::timeout(idle, stream.next()).await {
-                Err(_) => return Err(Error::IdleTimeout(idle)),
-                Ok(None) => {
-                    let lasted = start.elapsed();
-                    if events == 0 && lasted < Duration::from_secs(1) {
-                        return Err(Error::VeryShortWatch(lasted));
-                    }
-                    return Ok(());
+    fn advance(&mut self, rv: &str) {
+        self.set_last_rv(rv);
+        self.store.bookmark(rv);
+    }
+
+    /// The `Watching` state: applies the watch's next event to the store (client-go
+    /// `handleWatch`, one event at a time). `Ok(false)` when the watch ended normally.
+    async fn next_event(&mut self, w: &mut Watching<K>) -> Result<bool, Error> {
+        let ev = match tokio::time::timeout(w.idle, w.stream.next()).await {
+            Err(_) => return Err(Error::IdleTimeout(w.idle)),
+            Ok(None) => {
+                let lasted = w.started.elapsed();
+                if w.events == 0 && lasted < Duration::from_secs(1) {
+                    return Err(Error::VeryShortWatch(lasted));
                 }
-                Ok(Some(Err(ListWatchError::Undecodable(u)))) => {
-                    events += 1;
-                    self.skip_undecodable(*u);
-                    continue;
-                }
-                Ok(Some(Err(e))) => return Err(Error::Watch(e)),
-                Ok(Some(Ok(ev))) => ev,
-            };
-            events += 1;
-            let (rv, res) = match ev {
-                WatchEvent::Added(o) => (object_rv(&o), self.fifo.add(o)),
-                WatchEvent::Modified(o) => (object_rv(&o), self.fifo.update(o)),
-                WatchEvent::Deleted(o) => (object_rv(&o), self.fifo.delete(o)),
-                WatchEvent::Bookmark {
-                    resource_version, ..
-                } => (resource_version, Ok(())),
-                WatchEvent::Error(status) => return Err(Error::Watch(ListWatchError::Api(status))),
-            };
-            if let Err(e) = res {
-                // An object the cache cannot hold (no name): report it; the version still
-                // advances, since re-fetching would only return the same object again.
-                self.report(&Error::Store(e));
+                return Ok(false);
             }
-            self.set_last_rv(&rv);
+            Ok(Some(Err(ListWatchError::Undecodable(u)))) => {
+                w.events += 1;
+                self.skip_undecodable(*u);
+                return Ok(true);
+            }
+            Ok(Some(Err(e))) => return Err(Error::Watch(e)),
+            Ok(Some(Ok(ev))) => ev,
+        };
+        let (rv, res) = match ev {
+            WatchEvent::Added(o) => (object_rv(&o), self.store.add(o)),
+            WatchEvent::Modified(o) => (object_rv(&o), self.store.update(o)),
+            WatchEvent::Deleted(o) => (object_rv(&o), self.store.delete(o)),
+            WatchEvent::Bookmark {
+                resource_version, ..
+            } => (resource_version, Ok(())),
+            WatchEvent::Error(status) => return Err(Error::Watch(ListWatchError::Api(status))),
+        };
+        w.events += 1;
+        if let Err(e) = res {
+            // An object the cache cannot hold (no name, a transform that panicked): report it;
+            // the version still advances, since re-fetching would only return the same object.
+            self.report(&Error::Store(e));
+        }
+        self.advance(&rv);
+        Ok(true)
+    }
+}
+
+impl<K> From<Next> for State<K> {
+    fn from(next: Next) -> Self {
+        let then = |t| match t {
+            Then::List => State::List,
+            Then::Watch => State::Watch,
+        };
+        match next {
+            Next::Now(t) => then(t),
+            Next::AfterBackOff(t) => State::BackOff(t),
         }
     }
 }
@@ -652,9 +745,9 @@ fn object_rv<K: Resource>(o: &K) -> String {
     o.meta().resource_version.clone().unwrap_or_default()
 }
 
-async fn resync_loop<K>(fifo: Arc<DeltaFifo<K>>, period: Duration, should: Option<ShouldResync>)
+async fn resync_loop<K, S>(store: Arc<S>, period: Duration, should: Option<ShouldResync>)
 where
-    K: Resource + Send + Sync + 'static,
+    S: ReflectorStore<K>,
 {
     if period.is_zero() {
         return futures::future::pending().await;
@@ -665,7 +758,7 @@ where
         // other time and resync at twice the period.
         tokio::time::sleep(period).await;
         if should.as_ref().is_none_or(|f| f())
-            && let Err(e) = fifo.resync()
+            && let Err(e) = store.resync()
         {
             tracing::warn!(error = %e, "resync failed");
         }

@@ -460,10 +460,27 @@ async fn idle_watch_is_treated_as_dead_and_rewatched() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn default_idle_timeout_is_the_watch_timeout_plus_a_minute() {
+async fn default_idle_timeout_follows_the_apiserver_bookmark_cadence() {
     let lw = MockLw::new();
     lw.list(Ok(page("10", None, vec![])));
     let _r = start(&lw, no_jitter());
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
+    let t = lw.timed_requests();
+    assert_eq!(
+        t[2].0 - t[1].0,
+        DEFAULT_WATCH_IDLE_TIMEOUT + Duration::from_millis(800)
+    );
+    assert_eq!(DEFAULT_WATCH_IDLE_TIMEOUT, Duration::from_secs(75));
+}
+
+#[tokio::test(start_paused = true)]
+async fn zero_idle_timeout_waits_for_the_watch_timeout_plus_a_minute() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("10", None, vec![])));
+    let _r = start(&lw, no_jitter().idle_timeout(Duration::ZERO));
     lw.wait_for("second watch", |rs| {
         rs.iter().filter(|r| is_watch(r)).count() >= 2
     })
@@ -692,13 +709,18 @@ async fn relist_reuses_cached_objects_whose_resource_version_is_unchanged() {
         None,
         vec![cm("ns", "a", "5"), cm("ns", "b", "6")],
     )))
-    .watch(WatchScript::Events(vec![Ok(WatchEvent::Error(Box::new(
-        {
+    // Delivered something, then expired: the relist comes after a backoff step.
+    .watch(WatchScript::Events(vec![
+        Ok(WatchEvent::Bookmark {
+            resource_version: "6".into(),
+            initial_events_end: false,
+        }),
+        Ok(WatchEvent::Error(Box::new({
             let mut s = kube::core::Status::failure("too old", "Expired");
             s.code = 410;
             s
-        },
-    )))]))
+        }))),
+    ]))
     .list(Ok(page(
         "20",
         None,

@@ -94,8 +94,8 @@ impl<K> Inner<K> {
                 // The same `Arc` again (a resync re-storing the cached object) cannot have moved.
                 if !Arc::ptr_eq(old, &obj) {
                     for idx in &mut self.indices {
-                        let old_values = (idx.func)(old);
-                        let new_values = (idx.func)(&obj);
+                        let old_values = idx.values(entry.key(), old);
+                        let new_values = idx.values(entry.key(), &obj);
                         idx.index.update(entry.key(), old_values, new_values);
                     }
                 }
@@ -103,7 +103,8 @@ impl<K> Inner<K> {
             }
             Entry::Vacant(entry) => {
                 for idx in &mut self.indices {
-                    idx.index.add(entry.key(), (idx.func)(&obj));
+                    let values = idx.values(entry.key(), &obj);
+                    idx.index.add(entry.key(), values);
                 }
                 entry.insert(obj);
                 None
@@ -114,7 +115,8 @@ impl<K> Inner<K> {
     fn take(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
         let old = self.items.remove(key)?;
         for idx in &mut self.indices {
-            idx.index.remove(key, &(idx.func)(&old));
+            let values = idx.values(key, &old);
+            idx.index.remove(key, &values);
         }
         Some(old)
     }
@@ -124,11 +126,33 @@ impl<K> Inner<K> {
     }
 }
 
+impl<K> NamedIndex<K> {
+    /// The index values of `obj`. An index function that panics is caught, logged, and taken
+    /// to give no values: the object stays in the store (and reaches the handlers), just not
+    /// under this index, and the store's indices stay consistent, since every update and
+    /// removal computes values the same way.
+    fn values(&self, key: &ObjectKey, obj: &K) -> Vec<String> {
+        index_values(&self.name, &self.func, key, obj)
+    }
+}
+
+fn index_values<K>(name: &str, func: &IndexFn<K>, key: &ObjectKey, obj: &K) -> Vec<String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func(obj))).unwrap_or_else(|panic| {
+        tracing::error!(
+            index = name,
+            key = %key,
+            panic = %crate::panic_message(&*panic),
+            "index function panicked; the object is left out of this index"
+        );
+        Vec::new()
+    })
+}
+
 /// Builds one index over `items`.
-fn build_index<K>(func: &IndexFn<K>, items: &HashMap<ObjectKey, Arc<K>>) -> Index {
+fn build_index<K>(name: &str, func: &IndexFn<K>, items: &HashMap<ObjectKey, Arc<K>>) -> Index {
     let mut index = Index::default();
     for (key, obj) in items {
-        index.add(key, func(obj));
+        index.add(key, index_values(name, func, key, obj));
     }
     index
 }
@@ -253,7 +277,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         let mut inner = self.inner.write();
         // Indexers are only ever appended, so any added meanwhile are the ones past ours.
         for named in inner.indices.iter().skip(fresh.indices.len()) {
-            let index = build_index(&named.func, &fresh.items);
+            let index = build_index(&named.name, &named.func, &fresh.items);
             fresh.indices.push(NamedIndex {
                 name: named.name.clone(),
                 func: Arc::clone(&named.func),
@@ -385,7 +409,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             return Err(IndexError::DuplicateIndex(name.clone()));
         }
         for (name, func) in indexers {
-            let index = build_index(&func, &inner.items);
+            let index = build_index(&name, &func, &inner.items);
             inner.indices.push(NamedIndex { name, func, index });
         }
         Ok(())

@@ -1,0 +1,77 @@
+//! The seam between a reflector and what it writes into (client-go `ReflectorStore`).
+//!
+//! The reflector only decides *what happened* on the server (an object was added, changed or
+//! deleted; a full list says this is everything; a bookmark moved the resourceVersion). Every
+//! decision about how that is kept (queued per key or in order, transformed, held decoded or
+//! compressed, reused from the cache on a relist) belongs to the store behind this trait.
+//! [`DeltaFifo`](crate::DeltaFifo) is one implementation.
+
+use crate::{fifo::FifoError, store::ObjectKey};
+
+/// What a [`Reflector`](super::Reflector) writes into.
+///
+/// Methods take `&self`: the store is shared (through an `Arc`) with whoever consumes it, and is
+/// called from the reflector's task only, one call at a time.
+pub trait ReflectorStore<K>: Send + Sync + 'static {
+    /// One listed object made ready for [`replace`](Self::replace) as soon as it is decoded,
+    /// so a list is never held twice: for the [`DeltaFifo`](crate::DeltaFifo), the transformed
+    /// `Arc`, or the cached `Arc` itself when the cache holds the same resourceVersion. A store
+    /// that keeps objects in another form (compressed bytes, say) chooses its own item type.
+    type ListItem: Send + 'static;
+
+    /// A watch `ADDED` event.
+    ///
+    /// # Errors
+    ///
+    /// The object cannot be held (for example it has no name); the store is unchanged.
+    fn add(&self, obj: K) -> Result<(), FifoError>;
+
+    /// A watch `MODIFIED` event.
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add).
+    fn update(&self, obj: K) -> Result<(), FifoError>;
+
+    /// A watch `DELETED` event.
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add).
+    fn delete(&self, obj: K) -> Result<(), FifoError>;
+
+    /// Prepares one object of a list (or of a streaming list's initial events) as soon as it is
+    /// decoded: what the store does here lowers the peak of a relist, since the list is
+    /// collected as items of this type, never as decoded objects.
+    ///
+    /// # Errors
+    ///
+    /// The object cannot be held; the reflector reports it and leaves it out of the list, so
+    /// [`replace`](Self::replace) removes any cached version of it.
+    fn list_item(&self, obj: K) -> Result<Self::ListItem, FifoError>;
+
+    /// A complete list at `resource_version`: everything not in it is gone.
+    ///
+    /// # Errors
+    ///
+    /// An item cannot be held; the store is unchanged.
+    fn replace(&self, items: Vec<Self::ListItem>, resource_version: &str) -> Result<(), FifoError>;
+
+    /// A periodic resync: re-deliver what is cached.
+    ///
+    /// # Errors
+    ///
+    /// Implementation-defined; the reflector reports it and goes on.
+    fn resync(&self) -> Result<(), FifoError>;
+
+    /// The watch reached `resource_version` (a bookmark, or any event). The default does
+    /// nothing; an in-order store records it as the store's resourceVersion.
+    fn bookmark(&self, resource_version: &str) {
+        let _ = resource_version;
+    }
+
+    /// The server holds an object under `key` that cannot be represented (it does not decode,
+    /// or it could not be held): drop any cached version of it, as a deletion whose final state
+    /// is unknown.
+    fn forget(&self, key: &ObjectKey);
+}
