@@ -20,7 +20,7 @@ use futures::{FutureExt, future::BoxFuture};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kube_informer::{
-    ApiListerWatcher, ListerWatcher,
+    ApiListerWatcher, ListerWatcher, ReflectorConfig,
     reflector::{ListOptions, ListPage, ListWatchError, WatchOptions, WatchStream},
     testing::{FakeApiServer, RecordedRequest, Verb},
 };
@@ -648,5 +648,35 @@ async fn relist_keeps_the_cached_object_of_every_unchanged_item() {
     );
     let changed_after = h.informer.indexer().get_by_key("default/cm-00002").unwrap();
     assert!(!Arc::ptr_eq(&changed_before, &changed_after));
+    h.stop().await;
+}
+
+/// A connection that goes silent (packets dropped, no FIN/RST: nothing arrives, not even the
+/// bookmarks the server sends every minute) is noticed with the default settings within two
+/// minutes, and the watch resumes from where it was, without a relist.
+#[tokio::test(start_paused = true)]
+async fn black_holed_watch_is_detected_with_default_settings_within_two_minutes() {
+    let s = server_with(3).await;
+    let mut h = Harness::new(&s, ReflectorConfig::default());
+    h.start_synced().await;
+    wait_for_watches(&s, 1).await;
+    let silent_since = tokio::time::Instant::now();
+    s.faults().stall_watches();
+    s.create(&cm("default", "while-silent", "1")).unwrap();
+    eventually(
+        "the dead watch to be noticed",
+        Duration::from_secs(300),
+        || (!h.errors().iter().any(|e| e.contains("idle"))).then(|| format!("{:?}", h.errors())),
+    )
+    .await;
+    let noticed = silent_since.elapsed();
+    assert!(
+        noticed >= kube_informer::reflector::DEFAULT_WATCH_IDLE_TIMEOUT
+            && noticed < Duration::from_secs(120),
+        "noticed after {noticed:?}"
+    );
+    s.faults().unstall_watches();
+    assert_converges("after the silence", &h.informer, &s).await;
+    assert_eq!(lists(&s).len(), 1, "resumed by a watch, not a relist");
     h.stop().await;
 }

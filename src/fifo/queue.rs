@@ -1083,3 +1083,72 @@ mod tests {
         assert_send(&fifo.pop(|_, _| ()));
     }
 }
+
+#[cfg(test)]
+mod transform_panic_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(name: &str, rv: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_panicking_transform_is_a_typed_error_and_tombstones_the_cached_object() {
+        let store = Indexer::new();
+        store.add(Arc::new(cm("bad", "1"))).unwrap();
+        let fifo = DeltaFifo::new(Some(Arc::new(store.clone()) as Arc<dyn KnownObjects<_>>))
+            .with_transform(Arc::new(|o: ConfigMap| {
+                assert_ne!(o.metadata.resource_version.as_deref(), Some("2"), "bug");
+                o
+            }));
+        let err = fifo.update(cm("bad", "2")).unwrap_err();
+        assert!(
+            matches!(&err, FifoError::Transform { key, resource_version, panic }
+                if key.as_str() == "ns/bad" && resource_version == "2" && panic.contains("bug")),
+            "{err:?}"
+        );
+        let queued = fifo.get_by_key("ns/bad").unwrap();
+        assert_eq!(queued.len(), 1);
+        assert_eq!(queued[0].kind, DeltaType::Deleted);
+        assert!(queued[0].object.is_tombstone());
+        // A list item that panics is refused the same way; others go through.
+        assert!(matches!(
+            fifo.prepare_list_item(cm("bad", "2")),
+            Err(FifoError::Transform { .. })
+        ));
+        assert!(fifo.prepare_list_item(cm("good", "3")).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_synced_wakes_when_the_first_replace_is_popped_or_is_empty() {
+        let fifo = Arc::new(DeltaFifo::<ConfigMap>::new(None));
+        let waiter = tokio::spawn({
+            let fifo = fifo.clone();
+            async move { fifo.wait_synced().await }
+        });
+        fifo.replace(vec![cm("a", "1")], "1").unwrap();
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        fifo.pop(|_, _| ()).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiter)
+            .await
+            .expect("wait_synced likely deadlocked")
+            .unwrap();
+        // An empty first list syncs without any pop.
+        let empty = DeltaFifo::<ConfigMap>::new(None);
+        empty.replace(vec![], "1").unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(1), empty.wait_synced())
+            .await
+            .expect("wait_synced likely deadlocked");
+    }
+}

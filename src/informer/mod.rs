@@ -107,16 +107,21 @@ pub struct HandlerOptions {
     pub resync_period: Option<Duration>,
     /// Bound of the handler's buffer; `None` (default) is unbounded, as in client-go.
     ///
-    /// Policy when a bounded buffer is full: **back-pressure**. The informer waits until the
-    /// handler has taken notifications out, so nothing is dropped and this handler's memory
-    /// stays bounded; meanwhile no handler of this informer receives anything and changes
-    /// accumulate in the DeltaFIFO, which merges them per object. Use it for a handler that must
-    /// not fall arbitrarily far behind and may hold the others back. Exception: the replay of
-    /// the cache to a handler added after start is not bounded. A handler with a bounded buffer
-    /// must not add handlers or indexers to its own informer from its callbacks (that waits for
-    /// the informer, which may be waiting for it). A handler with a bounded buffer always runs on
-    /// its own thread, as if [`Self::dedicated_thread`] were set: one slow enough to need a bound
-    /// would hold up the handlers sharing the informer's handler thread.
+    /// Policy when a bounded buffer is full: **back-pressure**. The cache is still updated for
+    /// the change in hand, but the informer waits (as a future: no runtime thread is blocked and
+    /// no lock is held) until the handler has taken notifications out, so nothing is dropped and
+    /// this handler's memory stays bounded. Meanwhile no handler of this informer receives
+    /// anything new and no further change is applied: changes accumulate in the DeltaFIFO,
+    /// which merges them per object, while the reflector keeps reading the watch (client-go
+    /// 1.36 likewise releases the FIFO lock while an item is processed,
+    /// `UnlockWhileProcessingFIFO`). `has_synced` and the listers keep answering, also from the
+    /// bounded handler itself. Use it for a handler that must not fall arbitrarily far behind
+    /// and may hold the others back. Exception: the replay of the cache to a handler added
+    /// after start is not bounded. A handler with a bounded buffer must not add handlers or
+    /// indexers to its own informer from its callbacks (that waits for the informer, which may
+    /// be waiting for it). A handler with a bounded buffer always runs on its own thread, as if
+    /// [`Self::dedicated_thread`] were set: one slow enough to need a bound would hold up the
+    /// handlers sharing the informer's handler thread.
     pub buffer_capacity: Option<usize>,
     /// Run this handler on an OS thread of its own instead of on the informer's handler thread.
     ///
@@ -129,6 +134,12 @@ pub struct HandlerOptions {
     /// (by one of its calls at a time: a handler yields to the others every 2 ms of work): give
     /// it its own. A handler call of 100 ms or more on the shared thread is logged once as a
     /// warning.
+    ///
+    /// A handler call that panics is caught and logged, wherever the handler runs; the handler
+    /// then pauses for a second before its next notification (client-go's `processorListener`
+    /// restarts its loop a second after a panic), so a handler that panics on every event cannot
+    /// spin a core or flood the logs. Nothing is dropped: notifications wait in its buffer, and
+    /// the other handlers go on.
     pub dedicated_thread: bool,
 }
 

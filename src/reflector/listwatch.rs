@@ -610,3 +610,54 @@ mod tests {
         assert!(matches!(err, ListWatchError::Decode(_)), "{err:?}");
     }
 }
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[tokio::test]
+    async fn a_watch_line_past_the_limit_ends_the_stream_with_too_large_after_the_whole_lines() {
+        let ok = br#"{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"1"}}}"#;
+        let mut body = ok.to_vec();
+        body.push(b'\n');
+        body.extend(std::iter::repeat_n(b' ', 300));
+        let chunks: Vec<Result<Bytes, kube::Error>> = body
+            .chunks(50)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let mut s = watch_event_stream_limited::<ConfigMap, _>(futures::stream::iter(chunks), 128);
+        assert!(matches!(s.next().await, Some(Ok(WatchEvent::Added(_)))));
+        assert!(matches!(
+            s.next().await,
+            Some(Err(ListWatchError::TooLarge { limit: 128 }))
+        ));
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_list_item_past_the_limit_fails_the_list_with_too_large() {
+        let mut body = br#"{"metadata":{"resourceVersion":"8"},"items":[{"metadata":{"name":"a"},"data":{"k":""#.to_vec();
+        body.extend(std::iter::repeat_n(b'x', 600 * 1024));
+        body.extend_from_slice(br#""}}]}"#);
+        let chunks = || {
+            body.chunks(16 * 1024)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect::<Vec<Result<Bytes, kube::Error>>>()
+        };
+        let err =
+            decode_list_body::<ConfigMap, _, _>(futures::stream::iter(chunks()), 100 * 1024, |k| k)
+                .await
+                .unwrap_err();
+        assert!(
+            matches!(err, ListWatchError::TooLarge { limit } if limit == 100 * 1024),
+            "{err:?}"
+        );
+        // The same item fits a larger limit.
+        let page =
+            decode_list_body::<ConfigMap, _, _>(futures::stream::iter(chunks()), 1 << 20, |k| k)
+                .await
+                .unwrap();
+        assert_eq!(page.items.len(), 1);
+    }
+}

@@ -14,9 +14,16 @@
 //!   catches a silently dead connection.
 //! - A watch that ends normally is restarted from the last version without a relist; a watch that
 //!   ends with 410 (or any other error event) leads to a relist from the last version. Connection
-//!   failures and 429 back off and retry the watch. A watch that closes in under a second with no
-//!   events counts as a failure.
-//! - Between failures the reflector backs off exponentially ([`BackoffConfig`]).
+//!   failures, dead (idle) connections and 429 back off and retry the watch. A watch that closes
+//!   in under a second with no events counts as a failure.
+//! - Between failures the reflector backs off exponentially ([`BackoffConfig`]), one step per
+//!   failure: a 410 on the first answer of a re-watch (the version was compacted while the
+//!   reflector was away) relists at once, so recovering from a cut takes one backoff step.
+//! - The reflector is a state machine (`List`, `Watch`, `Watching`, `BackOff`) stepped one
+//!   transition at a time; what follows each failure is one pure function (`policy::after`),
+//!   whose table is its unit test.
+//! - It writes into a [`ReflectorStore`]: the store decides how changes are kept (queued per key
+//!   by the [`DeltaFifo`], transformed, reused from the cache on a relist).
 //! - With [`ReflectorConfig::streaming_list`], the initial state comes from a watch with
 //!   `sendInitialEvents=true` (KEP-3157) that ends at the bookmark annotated
 //!   `k8s.io/initial-events-end`, becomes one `replace`, and the same watch goes on; a server

@@ -773,3 +773,175 @@ async fn relist_reuses_cached_objects_whose_resource_version_is_unchanged() {
     assert_eq!(seen, ["ns/a", "ns/b"]);
     task.abort();
 }
+
+fn gone_status() -> Box<kube::core::Status> {
+    let mut s = kube::core::Status::failure("too old resource version", "Expired");
+    s.code = 410;
+    Box::new(s)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cut_then_410_on_the_rewatch_relists_within_one_backoff_step() {
+    // client-go TestSharedInformerWatchDisruption: the watch is cut, and by the time the
+    // reflector is back the version has been compacted. One backoff step (before the
+    // re-watch), then the 410 on the re-watch's first answer relists at once.
+    let lw = MockLw::new();
+    lw.list(Ok(page("10", None, vec![cm("ns", "a", "10")])))
+        .watch(WatchScript::Events(vec![
+            Ok(WatchEvent::Added(cm("ns", "b", "11"))),
+            Err(ListWatchError::Stream(kube::Error::ReadEvents(
+                std::io::Error::other("connection reset"),
+            ))),
+        ]))
+        .watch(WatchScript::Events(vec![Ok(WatchEvent::Error(
+            gone_status(),
+        ))]))
+        .list(Ok(page("20", None, vec![cm("ns", "b", "11")])));
+    let r = start(&lw, no_jitter());
+    lw.wait_for("the relist", |rs| {
+        rs.iter().filter(|r| is_list(r)).count() >= 2
+    })
+    .await;
+    let t = lw.timed_requests();
+    assert!(
+        is_watch(&t[1].1) && is_watch(&t[2].1) && is_list(&t[3].1),
+        "{t:?}"
+    );
+    assert_eq!(
+        t[2].0 - t[1].0,
+        Duration::from_millis(800),
+        "one backoff step"
+    );
+    assert_eq!(t[3].0 - t[2].0, Duration::ZERO, "no second backoff");
+    assert_eq!(list_opts(&t[3].1).resource_version, "11");
+    let errs = r.errors.lock().clone();
+    assert_eq!(errs.len(), 2, "{errs:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_410_on_the_first_watch_after_a_list_relists_without_backoff() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("10", None, vec![])))
+        .watch(WatchScript::Fail(ListWatchError::Api(gone_status())))
+        .list(Ok(page("12", None, vec![])));
+    let _r = start(&lw, no_jitter());
+    lw.wait_for("the relist", |rs| {
+        rs.iter().filter(|r| is_list(r)).count() >= 2
+    })
+    .await;
+    let t = lw.timed_requests();
+    assert_eq!(t[2].0 - t[1].0, Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn streaming_list_items_are_transformed_and_cached_objects_reused() {
+    let lw = MockLw::new();
+    let indexer = crate::store::Indexer::<ConfigMap>::new();
+    let cached = Arc::new(cm("ns", "kept", "5"));
+    indexer.add(cached.clone()).unwrap();
+    let fifo = Arc::new(
+        DeltaFifo::new(Some(Arc::new(indexer.clone()))).with_transform(Arc::new(
+            |mut o: ConfigMap| {
+                o.data = None;
+                o
+            },
+        )),
+    );
+    let tx = lw.watch_channel();
+    let r = Reflector::new(lw.clone(), fifo.clone(), no_jitter().streaming_list(true));
+    let task = tokio::spawn(r.run(futures::future::pending()));
+    lw.wait_for("watch", |rs| rs.iter().any(is_watch)).await;
+    for ev in [
+        WatchEvent::Added(cm("ns", "kept", "5")),
+        WatchEvent::Added(cm("ns", "new", "6")),
+        WatchEvent::Bookmark {
+            resource_version: "6".into(),
+            initial_events_end: true,
+        },
+    ] {
+        tx.send(Ok(ev)).unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let kept = fifo.get_by_key("ns/kept").unwrap();
+    assert!(
+        Arc::ptr_eq(kept[0].object.object(), &cached),
+        "the unchanged object is the cached Arc"
+    );
+    let new = fifo.get_by_key("ns/new").unwrap();
+    assert_eq!(new[0].kind, DeltaType::Replaced);
+    assert!(
+        new[0].object.object().data.is_none(),
+        "transformed as it arrived"
+    );
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_watch_error_handler_is_caught_and_the_reflector_goes_on() {
+    let lw = MockLw::new();
+    lw.list(Err(connection_refused()))
+        .list(Ok(page("10", None, vec![cm("ns", "a", "10")])));
+    let fifo = Arc::new(DeltaFifo::new(None));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let r = Reflector::new(lw.clone(), fifo.clone(), no_jitter()).with_error_handler(Arc::new(
+        move |_: &Error| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            panic!("error handler bug");
+        },
+    ));
+    let task = tokio::spawn(r.run(futures::future::pending()));
+    lw.wait_for("a watch after the failed list", |rs| {
+        rs.iter().any(is_watch)
+    })
+    .await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(drain(&fifo).await.len(), 1);
+    assert!(!task.is_finished());
+    task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_too_large_watch_event_is_reported_and_relisted_after_a_backoff() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("10", None, vec![])))
+        .watch(WatchScript::Events(vec![
+            Ok(WatchEvent::Added(cm("ns", "a", "11"))),
+            Err(ListWatchError::TooLarge { limit: 64 }),
+        ]))
+        .list(Ok(page("12", None, vec![])));
+    let r = start(&lw, no_jitter());
+    lw.wait_for("the relist", |rs| {
+        rs.iter().filter(|r| is_list(r)).count() >= 2
+    })
+    .await;
+    let t = lw.timed_requests();
+    assert_eq!(t[2].0 - t[1].0, Duration::from_millis(800));
+    assert!(r.errors.lock()[0].contains("maximum object size"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalid_backoff_is_replaced_by_the_default() {
+    let lw = MockLw::new();
+    lw.list(Err(connection_refused()))
+        .list(Ok(page("10", None, vec![])));
+    let _r = start(
+        &lw,
+        ReflectorConfig::default().backoff(BackoffConfig {
+            factor: f64::NAN,
+            jitter: 0.0,
+            ..Default::default()
+        }),
+    );
+    lw.wait_for("the second list", |rs| {
+        rs.iter().filter(|r| is_list(r)).count() >= 2
+    })
+    .await;
+    let t = lw.timed_requests();
+    // The default's first step (800 ms, full jitter): no panic on NaN arithmetic.
+    let d = t[1].0 - t[0].0;
+    assert!(
+        d >= Duration::from_millis(800) && d <= Duration::from_millis(1600),
+        "{d:?}"
+    );
+}

@@ -69,9 +69,9 @@
 //! - With label or field selectors an object that stops matching is sent as `DELETED` (its
 //!   last matching state, stamped with the new RV) and one that starts matching as `ADDED`.
 //! - Bookmarks (only with `allowWatchBookmarks=true`) are sent on demand
-//!   ([`FakeApiServer::bookmark`]), periodically if
-//!   [`set_bookmark_interval`](FakeApiServer::set_bookmark_interval) is set, and at the end of
-//!   the initial events.
+//!   ([`FakeApiServer::bookmark`]), every minute on each watch as kube-apiserver's watch cache
+//!   does ([`set_bookmark_interval`](FakeApiServer::set_bookmark_interval) changes or turns that
+//!   off), and at the end of the initial events.
 //! - `timeoutSeconds` ends the stream cleanly after that long on tokio's clock, so paused-clock
 //!   tests can `advance` past it.
 //! - Each watcher gets events in RV order, each exactly once. Writers never wait for watchers:
@@ -180,6 +180,11 @@ pub(crate) struct Shared {
     shutdown: watch::Sender<bool>,
 }
 
+/// How often the fake server sends a bookmark on each watch that allows them, by default: once
+/// a minute, as kube-apiserver's watch cache (`defaultBookmarkFrequency` in
+/// `k8s.io/apiserver/pkg/storage/cacher/cacher.go`).
+pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
+
 /// An in-process fake Kubernetes API server; see the [module docs](self).
 ///
 /// Dropping it shuts it down (connections close, the port is released).
@@ -232,7 +237,7 @@ impl FakeApiServer {
             requests: Mutex::new(Vec::new()),
             settings: Mutex::new(Settings {
                 watch_list: true,
-                bookmark_interval: None,
+                bookmark_interval: Some(DEFAULT_BOOKMARK_INTERVAL),
             }),
             watch_abort: watch::Sender::new(0),
             conn_abort: watch::Sender::new(0),
@@ -541,8 +546,10 @@ impl FakeApiServer {
         self.shared.store.lock().bookmark_all();
     }
 
-    /// Sends periodic bookmarks on watches that asked for them (`None`, the default: only on
-    /// demand and at the end of initial events). Applies to watches started afterwards.
+    /// Sends periodic bookmarks on watches that asked for them, every
+    /// [`DEFAULT_BOOKMARK_INTERVAL`] (a minute) by default, as kube-apiserver's watch cache does
+    /// (`defaultBookmarkFrequency`); `None`: only on demand and at the end of initial events.
+    /// Applies to watches started afterwards.
     pub fn set_bookmark_interval(&self, interval: Option<Duration>) {
         self.shared.settings.lock().bookmark_interval = interval;
     }

@@ -1,0 +1,29 @@
+//! Decoding list bodies and watch streams straight from bytes.
+//!
+//! kube's own list path collects the body, copies it into a `String` and decodes through
+//! `ObjectList<K>`, whose `#[serde(flatten)]` type metadata makes serde buffer the whole document
+//! (items included) before decoding it a second time. The reflector instead decodes the bytes once,
+//! as they arrive ([`ListDecoder`]: each item as soon as its bytes are in, holding a window of about
+//! a megabyte of the body rather than all of it), and frames watch streams itself so each event
+//! line is decoded from the received bytes without a UTF-8 copy.
+//!
+//! One module per concept: [`list`](ListDecoder) bodies, [`watch`](WatchEvent) events, the
+//! [line framer](LineFramer) of watch bodies, and the [errors](DecodeError), which never quote
+//! the bytes that failed.
+
+mod error;
+mod framer;
+mod list;
+mod watch;
+
+pub use error::{DecodeError, UndecodableObject};
+pub use framer::LineFramer;
+pub use list::{LIST_DECODER_MARGIN, ListDecoder, ListPage, decode_list, decode_list_map};
+pub(crate) use watch::undecodable_event;
+pub use watch::{INITIAL_EVENTS_END_ANNOTATION, WatchEvent, decode_watch_event};
+
+#[cfg(test)]
+use {k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta, list::COMPACT_AT};
+
+#[cfg(test)]
+mod tests;

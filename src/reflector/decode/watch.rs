@@ -1,0 +1,198 @@
+//! Watch events: one JSON line each.
+
+use std::{fmt, marker::PhantomData};
+
+use kube::core::Status;
+use serde::{
+    Deserialize, Deserializer,
+    de::{self, DeserializeOwned, IgnoredAny, MapAccess, Visitor},
+};
+
+use super::error::{DecodeError, PeekEvent, UndecodableObject};
+
+/// The annotation on the bookmark that ends a streaming initial list (KEP-3157).
+pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
+
+/// One event of a watch stream.
+#[derive(Debug)]
+pub enum WatchEvent<K> {
+    /// `ADDED`
+    Added(K),
+    /// `MODIFIED`
+    Modified(K),
+    /// `DELETED`
+    Deleted(K),
+    /// `BOOKMARK`: a new resourceVersion, and whether it ends a streaming initial list.
+    Bookmark {
+        /// The bookmark's `metadata.resourceVersion`.
+        resource_version: String,
+        /// True on the bookmark annotated `k8s.io/initial-events-end: "true"`.
+        initial_events_end: bool,
+    },
+    /// `ERROR`: the server ended the watch with a `Status` (410 Gone for an expired RV).
+    Error(Box<Status>),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+enum EventType {
+    Added,
+    Modified,
+    Deleted,
+    Bookmark,
+    Error,
+}
+
+#[derive(Deserialize)]
+struct BookmarkObject {
+    #[serde(default)]
+    metadata: BookmarkMeta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct BookmarkMeta {
+    #[serde(default)]
+    resource_version: String,
+    #[serde(default)]
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl<K: DeserializeOwned> WatchEvent<K> {
+    fn from_parts<'de, D: Deserializer<'de>>(ty: EventType, obj: D) -> Result<Self, D::Error> {
+        Ok(match ty {
+            EventType::Added => WatchEvent::Added(K::deserialize(obj)?),
+            EventType::Modified => WatchEvent::Modified(K::deserialize(obj)?),
+            EventType::Deleted => WatchEvent::Deleted(K::deserialize(obj)?),
+            EventType::Error => WatchEvent::Error(Box::new(Status::deserialize(obj)?)),
+            EventType::Bookmark => {
+                let b = BookmarkObject::deserialize(obj)?;
+                let end = b
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(INITIAL_EVENTS_END_ANNOTATION))
+                    .is_some_and(|v| v == "true");
+                WatchEvent::Bookmark {
+                    resource_version: b.metadata.resource_version,
+                    initial_events_end: end,
+                }
+            }
+        })
+    }
+}
+
+enum EventField {
+    Type,
+    Object,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for EventField {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = EventField;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<EventField, E> {
+                Ok(match v {
+                    "type" => EventField::Type,
+                    "object" => EventField::Object,
+                    _ => EventField::Other,
+                })
+            }
+        }
+        deserializer.deserialize_identifier(V)
+    }
+}
+
+struct ObjectSeed<K>(EventType, PhantomData<K>);
+
+impl<'de, K: DeserializeOwned> de::DeserializeSeed<'de> for ObjectSeed<K> {
+    type Value = WatchEvent<K>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        WatchEvent::from_parts(self.0, deserializer)
+    }
+}
+
+impl<'de, K: DeserializeOwned> Deserialize<'de> for WatchEvent<K> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EventVisitor<K>(PhantomData<K>);
+        impl<'de, K: DeserializeOwned> Visitor<'de> for EventVisitor<K> {
+            type Value = WatchEvent<K>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a watch event {\"type\": ..., \"object\": ...}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                // The API server writes "type" before "object", so the object is decoded
+                // straight into its final type; the other order costs one buffered copy.
+                let mut ty: Option<EventType> = None;
+                let mut early: Option<serde_json::Value> = None;
+                let mut event = None;
+                while let Some(key) = map.next_key::<EventField>()? {
+                    match key {
+                        EventField::Type if ty.is_some() || event.is_some() => {
+                            return Err(de::Error::duplicate_field("type"));
+                        }
+                        EventField::Type => ty = Some(map.next_value()?),
+                        EventField::Object if event.is_some() || early.is_some() => {
+                            return Err(de::Error::duplicate_field("object"));
+                        }
+                        EventField::Object => match ty.take() {
+                            Some(t) => {
+                                event = Some(map.next_value_seed(ObjectSeed::<K>(t, PhantomData))?)
+                            }
+                            None => early = Some(map.next_value()?),
+                        },
+                        EventField::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                match (event, ty, early) {
+                    (Some(event), None, None) => Ok(event),
+                    (None, Some(t), Some(obj)) => {
+                        WatchEvent::from_parts(t, obj).map_err(de::Error::custom)
+                    }
+                    (None, None, _) => Err(de::Error::missing_field("type")),
+                    _ => Err(de::Error::missing_field("object")),
+                }
+            }
+        }
+        deserializer.deserialize_map(EventVisitor(PhantomData))
+    }
+}
+
+/// Decodes one watch event line (without its trailing newline).
+///
+/// # Errors
+///
+/// [`DecodeError`] when the line is not a JSON watch event carrying a `K`.
+pub fn decode_watch_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, DecodeError> {
+    serde_json::from_slice(line).map_err(|error| DecodeError {
+        what: "watch event",
+        error,
+        offset: None,
+    })
+}
+
+/// After `decode_watch_event` failed: is the line a well-formed event whose object merely does
+/// not fit `K`? Then the watch can skip it instead of failing.
+pub(crate) fn undecodable_event(
+    line: &[u8],
+    error: DecodeError,
+) -> Result<UndecodableObject, DecodeError> {
+    match serde_json::from_slice::<PeekEvent>(line) {
+        Ok(ev) if matches!(ev.event_type.as_str(), "ADDED" | "MODIFIED" | "DELETED") => {
+            let u = ev.object.into_undecodable(ev.event_type, error);
+            if u.resource_version.is_some() {
+                Ok(u)
+            } else {
+                Err(u.error)
+            }
+        }
+        _ => Err(error),
+    }
+}
