@@ -27,7 +27,7 @@ pub enum ListWatchError {
     #[error("watch stream broke: {0}")]
     Stream(#[source] kube::Error),
     /// A list item or watch event grew past the configured maximum size before it ended
-    /// ([`ApiListerWatcher::max_object_bytes`](super::ApiListerWatcher::max_object_bytes)); the
+    /// ([`ReflectorConfig::max_object_bytes`](super::ReflectorConfig::max_object_bytes)); the
     /// request was abandoned rather than buffering without bound.
     #[error("a list item or watch event exceeds the maximum object size of {limit} bytes")]
     TooLarge {

@@ -22,13 +22,13 @@ use super::{
     error::ListWatchError,
 };
 
-/// The default [`ApiListerWatcher::max_object_bytes`]: 16 MiB, ten times etcd's default request
+/// The default [`ReflectorConfig::max_object_bytes`](super::ReflectorConfig::max_object_bytes): 16 MiB, ten times etcd's default request
 /// limit of 1.5 MiB (`--max-request-bytes`), which bounds what one stored object can be; its
 /// JSON (managedFields, escaping) can be a few times its stored size.
 pub const DEFAULT_MAX_OBJECT_BYTES: usize = 16 << 20;
 
 /// Options of one list request, as the reflector chooses them (client-go `metav1.ListOptions`).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ListOptions {
     /// `resourceVersion`: `""` (consistent read), `"0"` (any, from the watch cache) or a version.
     pub resource_version: String,
@@ -38,10 +38,27 @@ pub struct ListOptions {
     pub limit: Option<u32>,
     /// `continue`: the token of the previous page.
     pub continue_token: Option<String>,
+    /// The largest list item to accept, in bytes
+    /// ([`ReflectorConfig::max_object_bytes`](super::ReflectorConfig::max_object_bytes)): one
+    /// that grows past it fails the list with [`ListWatchError::TooLarge`] instead of being
+    /// buffered without bound.
+    pub max_object_bytes: usize,
+}
+
+impl Default for ListOptions {
+    fn default() -> Self {
+        Self {
+            resource_version: String::new(),
+            resource_version_match: None,
+            limit: None,
+            continue_token: None,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+        }
+    }
 }
 
 /// Options of one watch request, as the reflector chooses them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchOptions {
     /// `resourceVersion` to watch from.
     pub resource_version: String,
@@ -51,6 +68,20 @@ pub struct WatchOptions {
     pub allow_bookmarks: bool,
     /// `sendInitialEvents` (with `resourceVersionMatch=NotOlderThan`): a streaming initial list.
     pub send_initial_events: bool,
+    /// The largest watch event to accept, in bytes (as [`ListOptions::max_object_bytes`]).
+    pub max_object_bytes: usize,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        Self {
+            resource_version: String::new(),
+            timeout_seconds: 0,
+            allow_bookmarks: false,
+            send_initial_events: false,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+        }
+    }
 }
 
 /// A stream of decoded watch events; it ends when the server closes the watch.
@@ -148,7 +179,6 @@ pub struct ApiListerWatcher<K> {
     metadata_only: bool,
     label_selector: Option<String>,
     field_selector: Option<String>,
-    max_object_bytes: usize,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -160,7 +190,6 @@ impl<K> Clone for ApiListerWatcher<K> {
             metadata_only: self.metadata_only,
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
-            max_object_bytes: self.max_object_bytes,
             _k: PhantomData,
         }
     }
@@ -173,7 +202,6 @@ impl<K> fmt::Debug for ApiListerWatcher<K> {
             .field("metadata_only", &self.metadata_only)
             .field("label_selector", &self.label_selector)
             .field("field_selector", &self.field_selector)
-            .field("max_object_bytes", &self.max_object_bytes)
             .finish()
     }
 }
@@ -207,19 +235,8 @@ impl<K> ApiListerWatcher<K> {
             metadata_only,
             label_selector: None,
             field_selector: None,
-            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             _k: PhantomData,
         }
-    }
-
-    /// The largest list item or watch event accepted, in bytes (default
-    /// [`DEFAULT_MAX_OBJECT_BYTES`], 16 MiB). One that grows past it before it ends fails the
-    /// request with [`ListWatchError::TooLarge`] instead of being buffered without bound: the
-    /// reflector reports it and relists after a backoff step.
-    #[must_use]
-    pub fn max_object_bytes(mut self, limit: usize) -> Self {
-        self.max_object_bytes = limit.max(1);
-        self
     }
 
     /// Restricts to objects matching a label selector (`labelSelector`, e.g. `app=web,tier!=db`).
@@ -334,7 +351,7 @@ where
             let res = self.send_list(&options).await?;
             decode_list_body(
                 res.into_body().into_data_stream(),
-                self.max_object_bytes,
+                options.max_object_bytes,
                 |k| k,
             )
             .await
@@ -354,7 +371,7 @@ where
             let res = self.send_list(&options).await?;
             let page = decode_list_body(
                 res.into_body().into_data_stream(),
-                self.max_object_bytes,
+                options.max_object_bytes,
                 |k| sink(k),
             )
             .await?;
@@ -386,7 +403,7 @@ where
             let body = res.into_body().into_data_stream();
             Ok(watch_event_stream_limited::<K, _>(
                 body,
-                self.max_object_bytes,
+                options.max_object_bytes,
             ))
         }
         .boxed()

@@ -114,6 +114,13 @@ pub struct ReflectorConfig {
     pub streaming_list: bool,
     /// Queue a resync of every cached object this often (`Duration::ZERO`, the default, for never).
     pub resync_period: Duration,
+    /// The largest list item or watch event accepted, in bytes (default
+    /// [`DEFAULT_MAX_OBJECT_BYTES`], 16 MiB: well above the 1.5 MiB etcd stores at most). One
+    /// that grows past it before it ends fails its request with [`ListWatchError::TooLarge`],
+    /// reported to the watch-error handler, and the reflector relists after a backoff step:
+    /// memory stays bounded whatever the server sends. Passed to the [`ListerWatcher`] in
+    /// [`ListOptions::max_object_bytes`] and [`WatchOptions::max_object_bytes`].
+    pub max_object_bytes: usize,
 }
 
 impl Default for ReflectorConfig {
@@ -125,6 +132,7 @@ impl Default for ReflectorConfig {
             backoff: BackoffConfig::default(),
             streaming_list: false,
             resync_period: Duration::ZERO,
+            max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
         }
     }
 }
@@ -170,6 +178,13 @@ impl ReflectorConfig {
     #[must_use]
     pub fn resync_period(mut self, d: Duration) -> Self {
         self.resync_period = d;
+        self
+    }
+
+    /// Sets [`Self::max_object_bytes`] (at least 1).
+    #[must_use]
+    pub fn max_object_bytes(mut self, limit: usize) -> Self {
+        self.max_object_bytes = limit.max(1);
         self
     }
 }
@@ -466,6 +481,7 @@ where
             timeout_seconds,
             allow_bookmarks: true,
             send_initial_events: false,
+            max_object_bytes: self.config.max_object_bytes,
         };
         let stream = self.lw.watch(options).await.map_err(Error::WatchStart)?;
         Ok(Watching {
@@ -509,6 +525,7 @@ where
             resource_version_match: None,
             limit: paginate.then_some(self.config.page_size).filter(|&n| n > 0),
             continue_token: None,
+            max_object_bytes: self.config.max_object_bytes,
         };
         let mut items = Vec::new();
         let mut rejected = Vec::new();
@@ -526,7 +543,7 @@ where
                     items.clear();
                     rejected.clear();
                     let full = ListOptions {
-                        resource_version: String::new(),
+                        max_object_bytes: self.config.max_object_bytes,
                         ..Default::default()
                     };
                     let summary = self.list_page(full, &mut items, &mut rejected).await?;
@@ -600,6 +617,7 @@ where
             timeout_seconds,
             allow_bookmarks: true,
             send_initial_events: true,
+            max_object_bytes: self.config.max_object_bytes,
         };
         let mut stream = self.lw.watch(options).await.map_err(Error::WatchList)?;
         let started = Instant::now();
