@@ -104,7 +104,7 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 pub use factory::{FactoryConfig, SharedInformerFactory};
 pub use fifo::{
     DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
-    KnownObjects, TransformFn,
+    InOrderDelta, InOrderFifo, KnownObjects, TransformFn,
 };
 pub use informer::{
     Event, EventStream, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
@@ -115,7 +115,7 @@ pub use lister::{Lister, NamespaceLister};
 pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
 pub use selector::parse_label_selector;
 pub use store::{
-    IndexError, IndexFn, Indexer, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey, key_of,
+    IndexError, IndexFn, Indexer, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey, StoreOp, key_of,
     namespace_index_fn, split_key,
 };
 pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};

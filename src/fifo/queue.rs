@@ -69,6 +69,26 @@ impl<K: Resource + Send + Sync + 'static> KnownObjects<K> for Indexer<K> {
 /// its cache holds only objects that went through the transform.
 pub type TransformFn<K> = Arc<dyn Fn(K) -> K + Send + Sync>;
 
+/// Applies `transform` (if any) to `obj`, catching a panic as [`FifoError::Transform`].
+pub(super) fn transform_object<K: Resource>(
+    transform: Option<&TransformFn<K>>,
+    key: &ObjectKey,
+    obj: K,
+) -> Result<Arc<K>, FifoError> {
+    let Some(t) = transform else {
+        return Ok(Arc::new(obj));
+    };
+    // The object moves into the transform, so on a panic only what was read before is left.
+    let resource_version = obj.meta().resource_version.clone().unwrap_or_default();
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t(obj)))
+        .map(Arc::new)
+        .map_err(|panic| FifoError::Transform {
+            key: key.clone(),
+            resource_version,
+            panic: panic_message(&*panic),
+        })
+}
+
 /// Why a [`DeltaFifo`] operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FifoError {
@@ -237,18 +257,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     }
 
     fn transformed(&self, key: &ObjectKey, obj: K) -> Result<Arc<K>, FifoError> {
-        let Some(t) = &self.transform else {
-            return Ok(Arc::new(obj));
-        };
-        // The object moves into the transform, so on a panic only what was read before is left.
-        let resource_version = obj.meta().resource_version.clone().unwrap_or_default();
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t(obj)))
-            .map(Arc::new)
-            .map_err(|panic| FifoError::Transform {
-                key: key.clone(),
-                resource_version,
-                panic: panic_message(&*panic),
-            })
+        transform_object(self.transform.as_ref(), key, obj)
     }
 
     fn enqueue(&self, kind: DeltaType, obj: K) -> Result<(), FifoError> {

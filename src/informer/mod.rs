@@ -3,6 +3,7 @@
 
 mod handler;
 mod processor;
+mod queue;
 mod registration;
 
 use std::{
@@ -19,10 +20,12 @@ pub use handler::{
     Event, FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs,
 };
 use processor::{Listener, Processor, Reservation, determine_resync_period};
+pub use queue::FifoMode;
+use queue::{InformerQueue, QueueHandle};
 pub use registration::{EventStream, ResourceEventHandlerRegistration};
 
 use crate::{
-    fifo::{DeltaFifo, DeltaObject, DeltaType, Deltas, KnownObjects, TransformFn},
+    fifo::{DeltaFifo, DeltaObject, DeltaType, Deltas, InOrderFifo, KnownObjects, TransformFn},
     lister::Lister,
     reflector::{ListerWatcher, Reflector, ReflectorConfig, ReflectorStatus, WatchErrorHandler},
     store::{IndexError, Indexer, Indexers, key_of},
@@ -81,6 +84,9 @@ pub struct InformerConfig {
     pub resync_period: Duration,
     /// Reflector options (paging, watch timeouts, backoff, streaming list).
     pub reflector: ReflectorConfig,
+    /// Which FIFO runs between the reflector and the cache: [`FifoMode::DeltaFifo`] (the
+    /// default) or [`FifoMode::InOrder`] (what client-go v0.36+ runs).
+    pub fifo_mode: FifoMode,
 }
 
 impl InformerConfig {
@@ -95,6 +101,13 @@ impl InformerConfig {
     #[must_use]
     pub fn reflector(mut self, r: ReflectorConfig) -> Self {
         self.reflector = r;
+        self
+    }
+
+    /// Sets [`Self::fifo_mode`].
+    #[must_use]
+    pub fn fifo_mode(mut self, mode: FifoMode) -> Self {
+        self.fifo_mode = mode;
         self
     }
 }
@@ -207,6 +220,7 @@ pub(crate) struct Inner<K> {
     block_deltas: Mutex<()>,
     lifecycle: watch::Sender<Lifecycle>,
     reflector_config: ReflectorConfig,
+    fifo_mode: FifoMode,
 }
 
 struct State<K> {
@@ -215,7 +229,7 @@ struct State<K> {
     default_resync: Duration,
     transform: Option<TransformFn<K>>,
     error_handler: Option<WatchErrorHandler>,
-    fifo: Option<Arc<DeltaFifo<K>>>,
+    fifo: Option<QueueHandle<K>>,
     reflector: Option<ReflectorStatus>,
     task: Option<JoinHandle<()>>,
 }
@@ -250,6 +264,7 @@ where
                 block_deltas: Mutex::new(()),
                 lifecycle,
                 reflector_config: config.reflector,
+                fifo_mode: config.fifo_mode,
             }),
         }
     }
@@ -505,6 +520,29 @@ where
         let _ = rx.wait_for(|l| *l == Lifecycle::Stopped).await;
     }
 
+    /// The resourceVersion of the last change applied to the cache, in in-order mode (client-go
+    /// 1.36 `LastStoreSyncResourceVersion`; see
+    /// [`Indexer::last_store_sync_resource_version`]); empty in DeltaFIFO mode.
+    pub fn last_store_sync_resource_version(&self) -> String {
+        self.inner.indexer.last_store_sync_resource_version()
+    }
+
+    /// Which FIFO this informer runs.
+    pub fn fifo_mode(&self) -> FifoMode {
+        self.inner.fifo_mode
+    }
+
+    /// Changes queued in the FIFO and not yet applied to the cache (client-go
+    /// `informer_queued_items`); 0 before start.
+    pub fn queued_items(&self) -> usize {
+        self.inner
+            .state
+            .lock()
+            .fifo
+            .as_ref()
+            .map_or(0, QueueHandle::len)
+    }
+
     /// The resourceVersion the informer last saw (client-go `LastSyncResourceVersion`).
     pub fn last_sync_resource_version(&self) -> String {
         self.inner
@@ -558,14 +596,44 @@ where
     /// Dropping the future stops the informer: it ends in [`Lifecycle::Stopped`] (handler
     /// threads are then told to stop but not joined).
     pub async fn run(&self) {
-        let Some((fifo, reflector)) = self.prepare() else {
+        match self.inner.fifo_mode {
+            FifoMode::DeltaFifo => {
+                self.run_with(|known, transform| {
+                    let mut fifo = DeltaFifo::new(Some(known));
+                    if let Some(t) = transform {
+                        fifo = fifo.with_transform(t);
+                    }
+                    let fifo = Arc::new(fifo);
+                    (fifo.clone(), QueueHandle::Delta(fifo))
+                })
+                .await;
+            }
+            FifoMode::InOrder => {
+                self.run_with(|known, transform| {
+                    let mut fifo = InOrderFifo::new(Some(known));
+                    if let Some(t) = transform {
+                        fifo = fifo.with_transform(t);
+                    }
+                    let fifo = Arc::new(fifo);
+                    (fifo.clone(), QueueHandle::InOrder(fifo))
+                })
+                .await;
+            }
+        }
+    }
+
+    async fn run_with<Q: InformerQueue<K>>(
+        &self,
+        make: impl FnOnce(Arc<dyn KnownObjects<K>>, Option<TransformFn<K>>) -> (Arc<Q>, QueueHandle<K>),
+    ) {
+        let Some((fifo, handle, reflector)) = self.prepare(make) else {
             return;
         };
         let inner = self.inner.clone();
         // Whatever happens from here on (return, drop, panic), the informer ends `Stopped`.
         let guard = StopGuard {
             inner: inner.clone(),
-            fifo: fifo.clone(),
+            fifo: handle,
         };
         let mut stop = inner.lifecycle.subscribe();
         let stop_requested = async move {
@@ -579,17 +647,9 @@ where
             let inner = inner.clone();
             let fifo = fifo.clone();
             async move {
-                loop {
-                    let deferred = match fifo
-                        .pop(|deltas, initial| inner.apply_deltas(deltas, initial))
-                        .await
-                    {
-                        Ok(d) => d,
-                        Err(_) => break,
-                    };
-                    // The FIFO lock is released: a full bounded handler makes this wait as a
-                    // future, while the reflector (polled in the same task) keeps reading the
-                    // watch and changes merge in the FIFO.
+                while let Ok(deferred) = fifo.pop_apply(&inner).await {
+                    // No FIFO lock is held: a full bounded handler makes this wait as a future,
+                    // while the reflector (polled in the same task) keeps reading the watch.
                     for r in deferred {
                         r.deliver().await;
                     }
@@ -606,7 +666,11 @@ where
         drop(guard);
     }
 
-    fn prepare(&self) -> Option<(Arc<DeltaFifo<K>>, Reflector<K>)> {
+    #[allow(clippy::type_complexity)]
+    fn prepare<Q: InformerQueue<K>>(
+        &self,
+        make: impl FnOnce(Arc<dyn KnownObjects<K>>, Option<TransformFn<K>>) -> (Arc<Q>, QueueHandle<K>),
+    ) -> Option<(Arc<Q>, QueueHandle<K>, Reflector<K, Q>)> {
         let inner = &self.inner;
         let mut st = inner.state.lock();
         if st.fifo.is_some() {
@@ -627,11 +691,7 @@ where
         }
         st.started = true;
         let known: Arc<dyn KnownObjects<K>> = Arc::new(inner.indexer.clone());
-        let mut fifo = DeltaFifo::new(Some(known));
-        if let Some(t) = st.transform.clone() {
-            fifo = fifo.with_transform(t);
-        }
-        let fifo = Arc::new(fifo);
+        let (fifo, handle) = make(known, st.transform.clone());
         let weak: Weak<Inner<K>> = Arc::downgrade(inner);
         let config = inner
             .reflector_config
@@ -649,8 +709,8 @@ where
             l.start_resync_clock(now);
         }
         st.reflector = Some(reflector.status());
-        st.fifo = Some(fifo.clone());
-        Some((fifo, reflector))
+        st.fifo = Some(handle.clone());
+        Some((fifo, handle, reflector))
     }
 
     /// Stops the informer and waits until its reflector, processing loop and every handler
@@ -715,7 +775,7 @@ where
 /// unwound by a panic.
 struct StopGuard<K> {
     inner: Arc<Inner<K>>,
-    fifo: Arc<DeltaFifo<K>>,
+    fifo: QueueHandle<K>,
 }
 
 impl<K> Drop for StopGuard<K> {

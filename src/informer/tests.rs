@@ -960,7 +960,7 @@ async fn a_panic_in_the_run_task_still_ends_stopped() {
     let fifo = Arc::new(DeltaFifo::<ConfigMap>::new(None));
     let guard = StopGuard {
         inner: inf.inner.clone(),
-        fifo: fifo.clone(),
+        fifo: queue::QueueHandle::Delta(fifo.clone()),
     };
     inf.inner.lifecycle.send_replace(Lifecycle::Running);
     let task = tokio::spawn(async move {

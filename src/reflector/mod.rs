@@ -705,12 +705,9 @@ where
         }
         let rv = u.resource_version.clone().unwrap_or_default();
         self.report(&Error::Watch(ListWatchError::Undecodable(Box::new(u))));
-        self.advance(&rv);
-    }
-
-    fn advance(&mut self, rv: &str) {
-        self.set_last_rv(rv);
-        self.store.bookmark(rv);
+        self.set_last_rv(&rv);
+        // The skipped event carried a version the store holds no object of.
+        self.store.bookmark(&rv);
     }
 
     /// The `Watching` state: applies the watch's next event to the store (client-go
@@ -739,7 +736,10 @@ where
             WatchEvent::Deleted(o) => (object_rv(&o), self.store.delete(o)),
             WatchEvent::Bookmark {
                 resource_version, ..
-            } => (resource_version, Ok(())),
+            } => {
+                self.store.bookmark(&resource_version);
+                (resource_version, Ok(()))
+            }
             WatchEvent::Error(status) => return Err(Error::Watch(ListWatchError::Api(status))),
         };
         w.events += 1;
@@ -748,7 +748,7 @@ where
             // the version still advances, since re-fetching would only return the same object.
             self.report(&Error::Store(e));
         }
-        self.advance(&rv);
+        self.set_last_rv(&rv);
         Ok(true)
     }
 }

@@ -10,4 +10,4 @@ mod thread_safe;
 
 pub use index::{IndexError, IndexFn, Indexers, NAMESPACE_INDEX, namespace_index_fn};
 pub use key::{KeyError, ObjectKey, key_of, split_key};
-pub use thread_safe::Indexer;
+pub use thread_safe::{Indexer, StoreOp};
