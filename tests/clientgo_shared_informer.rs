@@ -9,8 +9,9 @@
 //! `tokio::time::advance` where client-go steps its fake clock; see `clientgo_support` for how
 //! the waits keep that clock still.
 //!
-//! Tests marked `#[ignore]` fail on the current `src/` for a reason given in the attribute; they
-//! are listed in `tests/CLIENTGO.md`.
+//! Three of these failed before issue #18 parts 1-3 were fixed (a foreign registration removed
+//! the wrong handler, two backoffs after a broken watch, no pause after a handler panic); see
+//! `tests/CLIENTGO.md`.
 
 mod clientgo_support;
 
@@ -408,9 +409,6 @@ async fn shared_informer_watch_disruption() {
 /// ending: to client-go both are the end of its watch channel (a cut connection reads as EOF),
 /// so it recovers after the same single backoff.
 #[tokio::test(start_paused = true)]
-#[ignore = "fails until a watch whose connection broke is re-watched at once, as client-go does \
-            (today: a backoff, then the 410, then a second backoff; 2.4-4.8 s): issue #18, \
-            reflector fix"]
 async fn shared_informer_watch_disruption_by_broken_connection() {
     watch_disruption(FakeControllerSource::break_watches).await;
 }
@@ -508,7 +506,7 @@ async fn shared_informer_remove_handler() {
     let handle1 = informer.add_event_handler(l1.clone()).unwrap();
     let handle2 = informer.add_event_handler(l2.clone()).unwrap();
 
-    informer.remove_event_handler(&handle2);
+    informer.remove_event_handler(&handle2).unwrap();
     informer.start();
     assert_ok(&l1, "handler1 (still registered)", &["pod1"]).await;
     assert_eq!(
@@ -517,7 +515,7 @@ async fn shared_informer_remove_handler() {
         "removed handler2 received"
     );
 
-    informer.remove_event_handler(&handle1);
+    informer.remove_event_handler(&handle1).unwrap();
     deliver(&source, &informer, pod("pod2")).await;
     assert_eq!(l1.received(), ["pod1"], "removed handler1 received");
     assert_eq!(
@@ -544,18 +542,18 @@ async fn shared_informer_remove_foreign_handler() {
     let handle2 = informer.add_event_handler(l2.clone()).unwrap();
 
     // Remove at the foreign informer.
-    informer2.remove_event_handler(&handle1);
+    assert!(informer2.remove_event_handler(&handle1).is_err());
     informer.start();
     informer2.start();
     assert_ok(&l1, "handle1 after a foreign removal", &["pod1"]).await;
     assert_ok(&l2, "handle2 after a foreign removal", &["pod1"]).await;
 
-    informer.remove_event_handler(&handle2);
+    informer.remove_event_handler(&handle2).unwrap();
     deliver(&source, &informer, pod("pod2")).await;
     assert_eq!(l1.received(), ["pod1", "pod2"]);
     assert_eq!(l2.received(), ["pod1"], "removed handle2 received");
 
-    informer.remove_event_handler(&handle1);
+    informer.remove_event_handler(&handle1).unwrap();
     deliver(&source, &informer, pod("pod3")).await;
     assert_eq!(l1.received(), ["pod1", "pod2"], "removed handle1 received");
     stop(&informer).await;
@@ -566,8 +564,6 @@ async fn shared_informer_remove_foreign_handler() {
 /// its own: client-go identifies a registration by its listener, so removing one informer's
 /// registration through another never touches the other's handlers.
 #[tokio::test(start_paused = true)]
-#[ignore = "fails until a registration removed through another informer is ignored (today it \
-            removes that informer's handler with the same id): issue #18, handler-removal fix"]
 async fn shared_informer_remove_foreign_handler_keeps_the_foreign_informers_own() {
     let source = FakeControllerSource::new();
     source.add(pod("pod1"));
@@ -581,7 +577,7 @@ async fn shared_informer_remove_foreign_handler_keeps_the_foreign_informers_own(
     let l1 = TestListener::new();
     let handle1 = informer.add_event_handler(l1.clone()).unwrap();
 
-    informer2.remove_event_handler(&handle1);
+    assert!(informer2.remove_event_handler(&handle1).is_err());
     informer.start();
     informer2.start();
     assert_ok(&l1, "handle1 after a foreign removal", &["pod1"]).await;
@@ -614,7 +610,7 @@ async fn shared_informer_multiple_registration() {
     settle(SETTLE).await;
     assert_eq!(handler.received(), ["pod1", "pod1"]);
 
-    informer.remove_event_handler(&reg1);
+    informer.remove_event_handler(&reg1).unwrap();
     deliver(&source, &informer, pod("pod2")).await;
     assert_eq!(
         handler.received(),
@@ -622,7 +618,7 @@ async fn shared_informer_multiple_registration() {
         "exactly the second registration should remain"
     );
 
-    informer.remove_event_handler(&reg2);
+    informer.remove_event_handler(&reg2).unwrap();
     deliver(&source, &informer, pod("pod3")).await;
     assert_eq!(
         handler.received(),
@@ -640,8 +636,8 @@ async fn removing_removed_shared_informer() {
     let informer = new_informer(&source, SECOND);
     let l = TestListener::new();
     let reg = informer.add_event_handler(l.clone()).unwrap();
-    informer.remove_event_handler(&reg);
-    informer.remove_event_handler(&reg);
+    informer.remove_event_handler(&reg).unwrap();
+    informer.remove_event_handler(&reg).unwrap();
     reg.remove();
     informer.start();
     synced(&informer).await;
@@ -685,7 +681,7 @@ async fn shared_informer_handler_abuse() {
                         }
                     } else {
                         let reg = handles.swap_remove(rng.usize(..handles.len()));
-                        informer.remove_event_handler(&reg);
+                        informer.remove_event_handler(&reg).unwrap();
                     }
                     std::thread::sleep(Duration::from_micros(500));
                 }
@@ -799,7 +795,7 @@ async fn remove_on_stopped_shared_informer() {
     informer.start();
     stop(&informer).await;
     assert!(informer.is_stopped());
-    informer.remove_event_handler(&handle);
+    informer.remove_event_handler(&handle).unwrap();
 }
 
 /// client-go `TestRemoveWhileActive`: a handler removed from a running informer hears nothing
@@ -815,7 +811,7 @@ async fn remove_while_active() {
     source.add(pod("pod1"));
     assert_ok(&listener, "event did not occur", &["pod1"]).await;
 
-    informer.remove_event_handler(&handle);
+    informer.remove_event_handler(&handle).unwrap();
     source.add(pod("pod2"));
     assert_ok(&listener, "unexpected event occurred", &["pod1"]).await;
     stop(&informer).await;
@@ -906,7 +902,7 @@ async fn shutdown_handler_added_before_run() {
     informer.start();
     synced(&informer).await;
     stop(&informer).await;
-    informer.remove_event_handler(&reg);
+    informer.remove_event_handler(&reg).unwrap();
     wait_until("handler released", || dropped.load(Ordering::SeqCst)).await;
 }
 
@@ -920,7 +916,7 @@ async fn shutdown_handler_added_after_sync() {
     synced(&informer).await;
     let (handler, dropped) = dropped_with_handler();
     let reg = informer.add_event_handler(handler).unwrap();
-    informer.remove_event_handler(&reg);
+    informer.remove_event_handler(&reg).unwrap();
     stop(&informer).await;
     wait_until("handler released", || dropped.load(Ordering::SeqCst)).await;
 }
@@ -997,7 +993,7 @@ async fn event_panics_simple() {
         "a handler's panic stopped the informer"
     );
     stop(&informer).await;
-    informer.remove_event_handler(&handle);
+    informer.remove_event_handler(&handle).unwrap();
 }
 
 /// client-go `TestEventPanics`, case "many": two panicking handlers, each panicking on every one
@@ -1005,8 +1001,6 @@ async fn event_panics_simple() {
 /// a second, so the whole takes at least (pods − 1) seconds. client-go uses 5 pods; 3 keep this
 /// test at 2 s. Real time: the pause is taken on the handler thread, outside tokio.
 #[tokio::test]
-#[ignore = "fails until a handler pauses 1 s after a panic, as client-go's processorListener \
-            does: issue #18, panic-pause fix"]
 async fn event_panics_many() {
     logs();
     const PODS: usize = 3;
@@ -1044,8 +1038,8 @@ async fn event_panics_many() {
         start.elapsed()
     );
     stop(&informer).await;
-    informer.remove_event_handler(&handle1);
-    informer.remove_event_handler(&handle2);
+    informer.remove_event_handler(&handle1).unwrap();
+    informer.remove_event_handler(&handle2).unwrap();
 }
 
 /// client-go `TestRemoveEventHandler_AsynchronousPanic`: removing a handler that is inside a
@@ -1085,6 +1079,7 @@ async fn remove_event_handler_asynchronous_panic() {
     tokio::time::timeout(Duration::from_secs(5), remover)
         .await
         .expect("removal waited for a running callback: likely deadlocked")
+        .unwrap()
         .unwrap();
 
     // Tear down what the handler writes to, then let it go on.
