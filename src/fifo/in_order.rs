@@ -494,3 +494,260 @@ impl<K: Resource + Send + Sync + 'static> ReflectorStore<K> for InOrderFifo<K> {
         InOrderFifo::forget(self, key);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::FutureExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::store::Indexer;
+
+    fn cm(name: &str, rv: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A short description of a delta: kind, then name@rv of each object.
+    fn describe(d: &InOrderDelta<ConfigMap>) -> String {
+        let o = |o: &Arc<ConfigMap>| {
+            format!(
+                "{}@{}",
+                o.metadata.name.as_deref().unwrap_or(""),
+                o.metadata.resource_version.as_deref().unwrap_or("")
+            )
+        };
+        match d {
+            InOrderDelta::Added(x) => format!("added {}", o(x)),
+            InOrderDelta::Updated(x) => format!("updated {}", o(x)),
+            InOrderDelta::Deleted(x) => format!("deleted {}", o(x)),
+            InOrderDelta::ReplacedAll {
+                objects,
+                resource_version,
+            } => format!(
+                "replaced-all@{resource_version} [{}]",
+                objects.iter().map(o).collect::<Vec<_>>().join(" ")
+            ),
+            InOrderDelta::SyncAll => "sync-all".into(),
+            InOrderDelta::Bookmark { resource_version } => format!("bookmark@{resource_version}"),
+            InOrderDelta::Forgotten(k) => format!("forgotten {k}"),
+        }
+    }
+
+    /// Pops one batch now, if any: (descriptions, is_in_initial_list).
+    fn pop_now(fifo: &InOrderFifo<ConfigMap>) -> Option<(Vec<String>, bool)> {
+        fifo.pop(|batch, initial| (batch.iter().map(describe).collect(), initial))
+            .now_or_never()
+            .map(Result::unwrap)
+    }
+
+    fn drain(fifo: &InOrderFifo<ConfigMap>) -> Vec<Vec<String>> {
+        std::iter::from_fn(|| pop_now(fifo).map(|(b, _)| b)).collect()
+    }
+
+    #[test]
+    fn changes_queue_in_arrival_order_without_merging() {
+        let fifo = InOrderFifo::new(None).with_batch_size(1);
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.update(cm("b", "2")).unwrap();
+        fifo.update(cm("a", "3")).unwrap();
+        fifo.delete(cm("a", "4")).unwrap();
+        fifo.delete(cm("a", "4")).unwrap();
+        assert_eq!(
+            drain(&fifo).concat(),
+            [
+                "added a@1",
+                "updated b@2",
+                "updated a@3",
+                "deleted a@4",
+                "deleted a@4"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_delete_of_an_unknown_key_is_queued() {
+        // client-go RealFIFO: no known-objects check in atomic mode.
+        let fifo = InOrderFifo::new(None);
+        fifo.delete(cm("never-seen", "9")).unwrap();
+        assert_eq!(drain(&fifo), [["deleted never-seen@9"]]);
+    }
+
+    #[test]
+    fn a_batch_takes_distinct_keys_and_stops_at_a_repeat_or_a_whole_store_delta() {
+        let fifo = InOrderFifo::new(None);
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.add(cm("b", "2")).unwrap();
+        fifo.update(cm("a", "3")).unwrap();
+        fifo.update(cm("c", "4")).unwrap();
+        fifo.bookmark("5");
+        fifo.delete(cm("c", "6")).unwrap();
+        fifo.resync();
+        fifo.resync();
+        assert_eq!(
+            drain(&fifo),
+            vec![
+                vec!["added a@1", "added b@2"],
+                vec!["updated a@3", "updated c@4"],
+                vec!["bookmark@5"],
+                vec!["deleted c@6"],
+                vec!["sync-all"],
+                vec!["sync-all"],
+            ]
+        );
+    }
+
+    #[test]
+    fn a_batch_holds_at_most_the_batch_size() {
+        let fifo = InOrderFifo::new(None).with_batch_size(3);
+        for i in 0..7 {
+            fifo.add(cm(&format!("o{i}"), &i.to_string())).unwrap();
+        }
+        let sizes: Vec<usize> = drain(&fifo).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [3, 3, 1]);
+        let big = InOrderFifo::new(None);
+        for i in 0..2500 {
+            big.add(cm(&format!("o{i}"), &i.to_string())).unwrap();
+        }
+        let sizes: Vec<usize> = drain(&big).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [DEFAULT_BATCH_SIZE, DEFAULT_BATCH_SIZE, 500]);
+    }
+
+    #[test]
+    fn a_relist_is_one_replaced_all_and_a_resync_one_sync_all() {
+        let fifo = InOrderFifo::new(None);
+        fifo.replace(vec![cm("a", "1"), cm("b", "2")], "7").unwrap();
+        fifo.resync();
+        assert_eq!(drain(&fifo), [["replaced-all@7 [a@1 b@2]"], ["sync-all"]]);
+    }
+
+    #[test]
+    fn has_synced_after_the_first_replace_and_what_was_queued_before_it_are_processed() {
+        let fifo = InOrderFifo::new(None);
+        assert!(!fifo.has_synced());
+        fifo.replace(vec![cm("a", "1")], "1").unwrap();
+        fifo.add(cm("b", "2")).unwrap();
+        assert!(!fifo.has_synced());
+        let seen_synced_inside = fifo
+            .pop(|_, initial| {
+                assert!(initial);
+                fifo.has_synced()
+            })
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        assert!(!seen_synced_inside, "synced only once processing returned");
+        assert!(fifo.has_synced());
+        // The add after the replace is not part of the initial list.
+        assert_eq!(pop_now(&fifo).unwrap().1, false);
+        // Only the first replace counts.
+        fifo.replace(vec![], "3").unwrap();
+        assert!(fifo.has_synced());
+    }
+
+    #[test]
+    fn a_batch_never_crosses_the_end_of_the_initial_population() {
+        let fifo = InOrderFifo::new(None);
+        fifo.add(cm("a", "1")).unwrap(); // populates: synced at once, no initial population
+        assert!(fifo.has_synced());
+        let fifo = InOrderFifo::new(None);
+        fifo.replace(vec![], "1").unwrap();
+        // A later-created FIFO whose first call is a replace: the replace alone is initial.
+        fifo.add(cm("b", "2")).unwrap();
+        assert_eq!(
+            pop_now(&fifo).unwrap(),
+            (vec!["replaced-all@1 []".into()], true)
+        );
+        assert_eq!(pop_now(&fifo).unwrap(), (vec!["added b@2".into()], false));
+    }
+
+    #[test]
+    fn producers_are_not_blocked_while_a_batch_is_processed() {
+        let fifo = InOrderFifo::new(None);
+        fifo.add(cm("a", "1")).unwrap();
+        // With the lock held while processing, this add would deadlock.
+        fifo.pop(|_, _| fifo.add(cm("b", "2")).unwrap())
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        assert_eq!(drain(&fifo), [["added b@2"]]);
+    }
+
+    #[test]
+    fn transform_applies_at_enqueue_and_a_panic_forgets_the_key() {
+        let fifo = InOrderFifo::new(None).with_transform(Arc::new(|mut o: ConfigMap| {
+            assert_ne!(o.metadata.name.as_deref(), Some("bad"), "bug");
+            o.metadata.resource_version = Some("T".into());
+            o
+        }));
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.replace(vec![cm("b", "2")], "2").unwrap();
+        assert!(matches!(
+            fifo.update(cm("bad", "3")),
+            Err(FifoError::Transform { .. })
+        ));
+        assert_eq!(
+            drain(&fifo),
+            vec![
+                vec!["added a@T".to_owned()],
+                vec!["replaced-all@2 [b@T]".to_owned()],
+                vec!["forgotten ns/bad".to_owned()],
+            ]
+        );
+    }
+
+    #[test]
+    fn a_relist_item_reuses_the_cached_object_at_the_same_version() {
+        let store = Indexer::new();
+        let cached = Arc::new(cm("a", "5"));
+        store.add(cached.clone()).unwrap();
+        let fifo = InOrderFifo::new(Some(Arc::new(store) as Arc<dyn KnownObjects<_>>));
+        let ListItem::Ready(same) = fifo.prepare_list_item(cm("a", "5")).unwrap() else {
+            panic!("not ready")
+        };
+        assert!(Arc::ptr_eq(&same, &cached));
+        let ListItem::Ready(newer) = fifo.prepare_list_item(cm("a", "6")).unwrap() else {
+            panic!("not ready")
+        };
+        assert!(!Arc::ptr_eq(&newer, &cached));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pop_waits_and_close_ends_it_after_the_queue_drains() {
+        let fifo = Arc::new(InOrderFifo::<ConfigMap>::new(None));
+        let popper = tokio::spawn({
+            let fifo = fifo.clone();
+            async move { fifo.pop(|b, _| b.len()).await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!popper.is_finished());
+        fifo.add(cm("a", "1")).unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(5), popper)
+            .await
+            .expect("pop likely deadlocked");
+        assert_eq!(n.unwrap().unwrap(), 1);
+        fifo.add(cm("b", "2")).unwrap();
+        fifo.close();
+        assert!(fifo.pop(|_, _| ()).await.is_ok());
+        assert_eq!(fifo.pop(|_, _| ()).await, Err(FifoError::Closed));
+    }
+
+    #[test]
+    fn fifo_and_pop_future_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync>(_: &T) {}
+        fn assert_send<T: Send>(_: &T) {}
+        let fifo = InOrderFifo::<ConfigMap>::new(None);
+        assert_send_sync(&fifo);
+        assert_send(&fifo.pop(|_, _| ()));
+    }
+}

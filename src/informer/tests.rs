@@ -1226,3 +1226,219 @@ async fn a_paused_handler_does_not_hold_up_the_others_or_shutdown() {
     assert!(started.elapsed() < processor::PANIC_PAUSE);
     within("shutdown during a pause", inf.shutdown()).await;
 }
+
+// In-order informers (issue #14): what client-go 1.36+ runs.
+
+fn in_order(lw: &MockLw) -> SharedIndexInformer<ConfigMap> {
+    SharedIndexInformer::new(lw.clone(), fast_config().fifo_mode(FifoMode::InOrder))
+}
+
+fn gone_after_a_bookmark() -> WatchScript {
+    WatchScript::Events(vec![
+        Ok(WatchEvent::Bookmark {
+            resource_version: "7".into(),
+            initial_events_end: false,
+        }),
+        Ok(WatchEvent::Error(Box::new({
+            let mut s = kube::core::Status::failure("too old", "Expired");
+            s.code = 410;
+            s
+        }))),
+    ])
+}
+
+/// A relist that changes `a`, keeps `b`, adds `c` and loses `d`, as each mode delivers it.
+async fn relist_trace(mode: FifoMode) -> (Vec<String>, String) {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "7",
+        None,
+        vec![cm("ns", "a", "5"), cm("ns", "b", "6"), cm("ns", "d", "7")],
+    )))
+    .watch(gone_after_a_bookmark())
+    .list(Ok(page(
+        "20",
+        None,
+        vec![cm("ns", "b", "6"), cm("ns", "a", "19"), cm("ns", "c", "20")],
+    )));
+    let inf = SharedIndexInformer::new(lw.clone(), fast_config().fifo_mode(mode));
+    let (rec, log) = recorder();
+    inf.add_event_handler(rec).unwrap();
+    inf.start();
+    let got = log_reaches(&log, 6).await;
+    let rv = inf.last_store_sync_resource_version();
+    inf.shutdown().await;
+    (got, rv)
+}
+
+#[tokio::test]
+async fn a_relist_in_delta_fifo_mode_delivers_per_key_in_queue_order() {
+    let (got, rv) = relist_trace(FifoMode::DeltaFifo).await;
+    assert_eq!(
+        got,
+        [
+            "add ns/a 5 initial",
+            "add ns/b 6 initial",
+            "add ns/d 7 initial",
+            // Replaced deltas in list order (b unchanged: a resync, not for this listener),
+            // then the tombstone of the known key the list lacks.
+            "update ns/a 5->19",
+            "add ns/c 20",
+            "tombstone ns/d 7",
+        ]
+    );
+    assert_eq!(rv, "", "no store resourceVersion without the in-order FIFO");
+}
+
+#[tokio::test]
+async fn a_relist_in_in_order_mode_replaces_the_store_then_tombstones_then_list_order() {
+    let (got, rv) = relist_trace(FifoMode::InOrder).await;
+    assert_eq!(
+        got,
+        [
+            "add ns/a 5 initial",
+            "add ns/b 6 initial",
+            "add ns/d 7 initial",
+            // client-go processReplacedAllInfo: deletions first, then updates and adds in list
+            // order (b unchanged: a resync, not for this listener).
+            "tombstone ns/d 7",
+            "update ns/a 5->19",
+            "add ns/c 20",
+        ]
+    );
+    assert_eq!(rv, "20");
+}
+
+#[tokio::test]
+async fn in_order_handlers_see_the_cache_as_replaced_and_batches_after_commit() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let tx = lw.watch_channel();
+    let inf = in_order(&lw);
+    let lister = inf.lister();
+    let seen: Arc<Mutex<Vec<(String, usize, String)>>> = Arc::default();
+    let s = seen.clone();
+    let store = inf.indexer();
+    inf.add_event_handler(
+        ResourceEventHandlerFuncs::new().on_add(move |o: &Arc<ConfigMap>, _| {
+            s.lock().push((
+                crate::key_of(&**o).unwrap().to_string(),
+                lister.list(&Default::default()).len(),
+                store.last_store_sync_resource_version(),
+            ));
+        }),
+    )
+    .unwrap();
+    // Queued before the informer pops them: they form one batch.
+    for (i, name) in ["b", "c", "d"].into_iter().enumerate() {
+        tx.send(Ok(WatchEvent::Added(cm("ns", name, &(i + 2).to_string()))))
+            .unwrap();
+    }
+    inf.start();
+    eventually("four adds", || seen.lock().len() == 4).await;
+    let seen = seen.lock().clone();
+    assert_eq!(seen[0].0, "ns/a");
+    // The three adds came in one batch: their handlers ran after all three were committed, in
+    // one transaction whose version is the batch's last.
+    for (i, (key, cached, rv)) in seen[1..].iter().enumerate() {
+        assert_eq!(key, &format!("ns/{}", ["b", "c", "d"][i]));
+        assert_eq!((*cached, rv.as_str()), (4, "4"), "{seen:?}");
+    }
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn in_order_bookmarks_advance_the_store_version_and_call_no_handler() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("3", None, vec![cm("ns", "a", "3")])));
+    let tx = lw.watch_channel();
+    let inf = in_order(&lw);
+    let (rec, log) = recorder();
+    inf.add_event_handler(rec).unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    assert_eq!(inf.last_store_sync_resource_version(), "3");
+    tx.send(Ok(WatchEvent::Bookmark {
+        resource_version: "9".into(),
+        initial_events_end: false,
+    }))
+    .unwrap();
+    eventually("the bookmark applied", || {
+        inf.last_store_sync_resource_version() == "9"
+    })
+    .await;
+    // A delete of a key the cache never had still reaches the handlers, as client-go's
+    // RealFIFO delivers it.
+    tx.send(Ok(WatchEvent::Deleted(cm("ns", "ghost", "10"))))
+        .unwrap();
+    assert_eq!(
+        log_reaches(&log, 2).await,
+        ["add ns/a 3 initial", "delete ns/ghost 10"]
+    );
+    assert_eq!(inf.last_store_sync_resource_version(), "10");
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn in_order_resync_is_one_sync_all_delivered_only_to_due_listeners() {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "5",
+        None,
+        vec![cm("ns", "a", "5"), cm("ns", "b", "5")],
+    )));
+    let inf = SharedIndexInformer::new(
+        lw.clone(),
+        fast_config()
+            .fifo_mode(FifoMode::InOrder)
+            .resync_period(Duration::from_secs(30)),
+    );
+    let (resyncing, resync_log) = recorder();
+    let (quiet, quiet_log) = recorder();
+    inf.add_event_handler_with_resync_period(resyncing, Duration::from_secs(1))
+        .unwrap();
+    inf.add_event_handler_with_resync_period(quiet, Duration::ZERO)
+        .unwrap();
+    inf.start();
+    let mut got = log_reaches(&resync_log, 4).await;
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "add ns/a 5 initial",
+            "add ns/b 5 initial",
+            "update ns/a 5->5",
+            "update ns/b 5->5"
+        ]
+    );
+    assert_eq!(quiet_log.lock().len(), 2);
+    inf.shutdown().await;
+}
+
+#[tokio::test]
+async fn in_order_late_handler_and_undecodable_objects_behave_as_in_delta_fifo_mode() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("5", None, vec![cm("ns", "a", "5")])));
+    let tx = lw.watch_channel();
+    let inf = in_order(&lw);
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    let (rec, log) = recorder();
+    let reg = inf.add_event_handler(rec).unwrap();
+    assert_eq!(log_reaches(&log, 1).await, ["add ns/a 5 initial"]);
+    eventually("the late handler synced", || reg.has_synced()).await;
+    let line = br#"{"type":"MODIFIED","object":{"metadata":{"name":"a","namespace":"ns","resourceVersion":"6"},"data":7}}"#;
+    let err = crate::reflector::decode::decode_watch_event::<ConfigMap>(line).unwrap_err();
+    let u = crate::reflector::decode::undecodable_event(line, err).unwrap();
+    tx.send(Err(crate::reflector::ListWatchError::Undecodable(
+        Box::new(u),
+    )))
+    .unwrap();
+    assert_eq!(
+        log_reaches(&log, 2).await,
+        ["add ns/a 5 initial", "tombstone ns/a 5"]
+    );
+    assert!(inf.indexer().is_empty());
+    assert_eq!(inf.last_store_sync_resource_version(), "6");
+    inf.shutdown().await;
+}

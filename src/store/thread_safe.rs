@@ -765,3 +765,58 @@ mod tests {
         assert_eq!(store.len(), 1);
     }
 }
+
+#[cfg(test)]
+mod transaction_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(name: &str, rv: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new(Some("ns"), name).unwrap()
+    }
+
+    #[test]
+    fn a_transaction_applies_in_order_returns_what_it_replaced_and_sets_the_version() {
+        let store = Indexer::new();
+        assert_eq!(store.last_store_sync_resource_version(), "");
+        let prev = store.transaction(
+            vec![
+                StoreOp::Put(key("a"), cm("a", "1")),
+                StoreOp::Put(key("a"), cm("a", "2")),
+                StoreOp::Put(key("b"), cm("b", "3")),
+                StoreOp::Remove(key("b")),
+                StoreOp::Remove(key("never")),
+            ],
+            Some("3"),
+        );
+        let rvs: Vec<Option<String>> = prev
+            .iter()
+            .map(|p| p.as_ref().and_then(|o| o.metadata.resource_version.clone()))
+            .collect();
+        assert_eq!(rvs, [None, Some("1".into()), None, Some("3".into()), None]);
+        assert_eq!(store.list_keys(), [key("a")]);
+        assert_eq!(store.by_index(NAMESPACE_INDEX, "ns").unwrap().len(), 1);
+        assert_eq!(store.last_store_sync_resource_version(), "3");
+        store.bookmark("9");
+        assert_eq!(store.last_store_sync_resource_version(), "9");
+        store.replace_at(vec![cm("c", "10")], "11").unwrap();
+        assert_eq!(store.list_keys(), [key("c")]);
+        assert_eq!(store.last_store_sync_resource_version(), "11");
+        // A plain replace keeps the version.
+        store.replace(vec![cm("d", "12")]).unwrap();
+        assert_eq!(store.last_store_sync_resource_version(), "11");
+    }
+}
