@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 
 use crate::{
-    informer::{InformerConfig, SharedIndexInformer},
+    informer::{FifoMode, InformerConfig, SharedIndexInformer},
     lister::Lister,
     reflector::{ApiListerWatcher, ReflectorConfig},
     transform::{MetaTransformFn, meta_transform},
@@ -43,6 +43,11 @@ pub struct FactoryConfig {
     pub transform: Option<MetaTransformFn>,
     /// Reflector options of every informer.
     pub reflector: ReflectorConfig,
+    /// The FIFO mode of every informer ([`FifoMode::DeltaFifo`] by default; client-go v0.36+
+    /// runs [`FifoMode::InOrder`]).
+    pub fifo_mode: FifoMode,
+    /// Per-type FIFO modes, overriding [`Self::fifo_mode`].
+    pub custom_fifo_mode: HashMap<TypeId, FifoMode>,
 }
 
 impl Debug for FactoryConfig {
@@ -55,6 +60,8 @@ impl Debug for FactoryConfig {
             .field("custom_resync", &self.custom_resync.len())
             .field("transform", &self.transform.is_some())
             .field("reflector", &self.reflector)
+            .field("fifo_mode", &self.fifo_mode)
+            .field("custom_fifo_mode", &self.custom_fifo_mode.len())
             .finish()
     }
 }
@@ -120,6 +127,76 @@ impl FactoryConfig {
         self.reflector = r;
         self
     }
+
+    /// Sets [`Self::fifo_mode`].
+    #[must_use]
+    pub fn fifo_mode(mut self, mode: FifoMode) -> Self {
+        self.fifo_mode = mode;
+        self
+    }
+
+    /// Sets the FIFO mode of informers of type `K` (for dynamic informers, `K` is
+    /// `DynamicObject`; for metadata-only ones, `PartialObjectMeta<K>`).
+    #[must_use]
+    pub fn fifo_mode_for<K: 'static>(mut self, mode: FifoMode) -> Self {
+        self.custom_fifo_mode.insert(TypeId::of::<K>(), mode);
+        self
+    }
+}
+
+/// What [`SharedInformerFactory::wait_for_cache_sync_timeout`] found (client-go 1.37
+/// `SyncResult`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncResult {
+    /// Per started informer, whether it synced.
+    pub synced: BTreeMap<String, bool>,
+    /// Whether the wait ended at its deadline (rather than with every informer synced or
+    /// stopped).
+    pub timed_out: bool,
+}
+
+impl SyncResult {
+    /// The informers that did not sync.
+    pub fn unsynced(&self) -> Vec<&str> {
+        self.synced
+            .iter()
+            .filter(|(_, ok)| !**ok)
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+
+    /// `Ok` when every informer synced, else an error naming those that did not (client-go
+    /// `SyncResult.AsError`).
+    ///
+    /// # Errors
+    ///
+    /// [`CacheSyncError`] naming the informers that did not sync.
+    pub fn into_result(self) -> Result<(), CacheSyncError> {
+        let unsynced: Vec<String> = self.unsynced().into_iter().map(str::to_owned).collect();
+        if unsynced.is_empty() {
+            Ok(())
+        } else {
+            Err(CacheSyncError {
+                unsynced,
+                timed_out: self.timed_out,
+            })
+        }
+    }
+}
+
+/// Some informers did not sync (see [`SyncResult::into_result`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "caches not synced{}: {}",
+    if *timed_out { " before the deadline" } else { " (informers stopped)" },
+    unsynced.join(", ")
+)]
+pub struct CacheSyncError {
+    /// The informers that did not sync.
+    pub unsynced: Vec<String>,
+    /// Whether the wait hit its deadline.
+    pub timed_out: bool,
 }
 
 /// Type-erased operations the factory runs on all its informers.
@@ -239,9 +316,15 @@ impl SharedInformerFactory {
             .get(&TypeId::of::<K>())
             .copied()
             .unwrap_or(c.default_resync);
+        let fifo_mode = c
+            .custom_fifo_mode
+            .get(&TypeId::of::<K>())
+            .copied()
+            .unwrap_or(c.fifo_mode);
         InformerConfig::default()
             .resync_period(resync)
             .reflector(c.reflector.clone())
+            .fifo_mode(fifo_mode)
     }
 
     fn get_or_create<K>(
@@ -383,12 +466,7 @@ impl SharedInformerFactory {
             .lock()
             .iter()
             .filter(|(_, e)| e.started)
-            .map(|(k, e)| {
-                (
-                    k.name.clone() + if k.metadata_only { " (metadata)" } else { "" },
-                    e.informer.clone(),
-                )
-            })
+            .map(|(k, e)| (informer_name(k), e.informer.clone()))
             .collect();
         let mut out = BTreeMap::new();
         for (name, inf) in started {
@@ -396,6 +474,45 @@ impl SharedInformerFactory {
             out.insert(name, ok);
         }
         out
+    }
+
+    /// Waits until every started informer has synced, or until `timeout` (client-go 1.37
+    /// `WaitForCacheSyncWithContext` with a deadline): the result says which did not.
+    ///
+    /// ```no_run
+    /// # async fn f(factory: kube_informer::SharedInformerFactory) -> Result<(), Box<dyn std::error::Error>> {
+    /// factory.start();
+    /// factory
+    ///     .wait_for_cache_sync_timeout(std::time::Duration::from_secs(60))
+    ///     .await
+    ///     .into_result()?; // "caches not synced before the deadline: v1/Pod"
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn wait_for_cache_sync_timeout(&self, timeout: std::time::Duration) -> SyncResult {
+        match tokio::time::timeout(timeout, self.wait_for_cache_sync()).await {
+            Ok(synced) => SyncResult {
+                synced,
+                timed_out: false,
+            },
+            Err(_) => SyncResult {
+                synced: self.sync_states(),
+                timed_out: true,
+            },
+        }
+    }
+
+    fn sync_states(&self) -> BTreeMap<String, bool> {
+        self.inner
+            .informers
+            .lock()
+            .iter()
+            .filter(|(_, e)| e.started)
+            .map(|(k, e)| (informer_name(k), e.informer.has_synced()))
+            .collect()
     }
 
     /// True when every started informer has synced.
@@ -421,6 +538,10 @@ impl SharedInformerFactory {
             .collect();
         futures::future::join_all(all.iter().map(|i| i.shutdown())).await;
     }
+}
+
+fn informer_name(k: &InformerKey) -> String {
+    k.name.clone() + if k.metadata_only { " (metadata)" } else { "" }
 }
 
 /// `apiVersion/Kind`, e.g. `apps/v1/Deployment`: how informers are named in sync results.

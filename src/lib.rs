@@ -14,8 +14,9 @@
 //!
 //! - [`reflector`]: lists and watches with client-go's resourceVersion rules (relist on 410,
 //!   paging, bookmarks, backoff, streaming lists).
-//! - [`fifo`]: the [`DeltaFifo`], with `DeletedFinalStateUnknown` tombstones for deletions
-//!   inferred from a relist.
+//! - [`fifo`]: the [`DeltaFifo`] (client-go's DeltaFIFO, per-key merging, `DeletedFinalStateUnknown`
+//!   tombstones for deletions inferred from a relist) and the [`InOrderFifo`] (client-go 1.36+'s
+//!   RealFIFO: arrival order, atomic relists, batches), chosen per informer by [`FifoMode`].
 //! - [`store`]: the thread-safe, indexed cache of `Arc<K>`.
 //! - [`informer`]: [`SharedIndexInformer`], handlers with old and new objects, per-handler
 //!   buffers, resync, late registration, removable handlers.
@@ -101,13 +102,13 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic".to_owned())
 }
 
-pub use factory::{FactoryConfig, SharedInformerFactory};
+pub use factory::{CacheSyncError, FactoryConfig, SharedInformerFactory, SyncResult};
 pub use fifo::{
     DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
     InOrderDelta, InOrderFifo, KnownObjects, TransformFn,
 };
 pub use informer::{
-    Event, EventStream, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
+    Event, EventStream, FifoMode, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
     InformerError, Lifecycle, ResourceEventHandler, ResourceEventHandlerFuncs,
     ResourceEventHandlerRegistration, SharedIndexInformer,
 };

@@ -220,3 +220,72 @@ async fn default_and_per_type_resync_periods() {
     assert!(got.len() >= 2, "resyncs every second: {got:?}");
     within("shutdown", factory.shutdown()).await;
 }
+
+#[tokio::test]
+async fn fifo_mode_applies_by_default_and_per_type() {
+    use kube_informer::FifoMode;
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server.create(&cm("a", "one", &[])).unwrap();
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default()
+            .fifo_mode(FifoMode::InOrder)
+            .fifo_mode_for::<Secret>(FifoMode::DeltaFifo),
+    );
+    let cms = factory.informer::<ConfigMap>();
+    let secrets = factory.informer::<Secret>();
+    assert_eq!(cms.fifo_mode(), FifoMode::InOrder);
+    assert_eq!(secrets.fifo_mode(), FifoMode::DeltaFifo);
+    factory.start();
+    within("sync", factory.wait_for_cache_sync()).await;
+    // The in-order cache knows the version it reflects; the DeltaFIFO one does not.
+    assert_eq!(
+        cms.last_store_sync_resource_version(),
+        server.current_resource_version().to_string()
+    );
+    assert_eq!(secrets.last_store_sync_resource_version(), "");
+    assert_eq!(cms.lister().list(&Default::default()).len(), 1);
+    factory.shutdown().await;
+}
+
+#[tokio::test]
+async fn wait_for_cache_sync_timeout_names_the_informers_that_did_not_sync() {
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default().reflector(kube_informer::ReflectorConfig::default().backoff(
+            kube_informer::BackoffConfig {
+                initial: Duration::from_millis(10),
+                max: Duration::from_millis(20),
+                ..Default::default()
+            },
+        )),
+    );
+    let _cms = factory.informer::<ConfigMap>();
+    let _ns = factory.informer::<Namespace>();
+    // Every secret list fails: that informer cannot sync.
+    server
+        .faults()
+        .fail_next_for(usize::MAX, 500, &[Verb::List]);
+    let _secrets = factory.informer::<Secret>();
+    factory.start();
+    let result = within(
+        "wait with a deadline",
+        factory.wait_for_cache_sync_timeout(Duration::from_millis(500)),
+    )
+    .await;
+    assert!(result.timed_out);
+    assert_eq!(result.synced.len(), 3);
+    let err = result.clone().into_result().unwrap_err();
+    assert!(!err.unsynced.is_empty());
+    assert!(err.to_string().contains("before the deadline"), "{err}");
+    server.faults().clear();
+    let ok = within(
+        "wait after recovery",
+        factory.wait_for_cache_sync_timeout(Duration::from_secs(10)),
+    )
+    .await;
+    assert!(!ok.timed_out);
+    assert_eq!(ok.into_result(), Ok(()));
+    factory.shutdown().await;
+}

@@ -417,6 +417,29 @@ where
         Ok(())
     }
 
+    /// Removes a handler and waits until it will be called no more (client-go 1.37
+    /// `ShutDownEventHandler`): a call in progress has returned, the handler has been dropped,
+    /// and its thread (if it has one of its own) has ended. Idempotent.
+    ///
+    /// Must not be awaited from the handler's own callbacks (it would wait for itself); those
+    /// can use [`remove_event_handler`](Self::remove_event_handler).
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::ForeignRegistration`] for a registration of another informer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the handler is removed at once; only the wait is cut short.
+    pub async fn shut_down_event_handler(
+        &self,
+        registration: &ResourceEventHandlerRegistration<K>,
+    ) -> Result<(), InformerError> {
+        self.remove_event_handler(registration)?;
+        registration.wait_finished().await;
+        Ok(())
+    }
+
     /// Adds indexes; works before and after start (existing objects are indexed at once).
     ///
     /// # Errors

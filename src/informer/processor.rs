@@ -52,6 +52,22 @@ pub(crate) struct ListenerQueue<K> {
     pending: AtomicUsize,
     /// Mirrors `QueueState::closed`, so a consumer can check it per notification without the lock.
     closed: AtomicBool,
+    /// Turns `true` once the consumer will call the handler no more (its loop has ended), or at
+    /// close when there is no consumer task or thread.
+    finished: tokio::sync::watch::Sender<bool>,
+    /// Whether a task or thread of ours consumes this queue (not so for a `subscribe` stream,
+    /// whose queue is finished once closed).
+    has_consumer: AtomicBool,
+}
+
+/// Marks a listener's consumer finished when dropped: at the end of its loop, or when its task
+/// or thread is dropped without running.
+struct FinishGuard<K>(Arc<ListenerQueue<K>>);
+
+impl<K> Drop for FinishGuard<K> {
+    fn drop(&mut self) {
+        self.0.consumer_finished();
+    }
 }
 
 struct QueueState<K> {
@@ -76,7 +92,20 @@ impl<K> ListenerQueue<K> {
             initial_pending: AtomicUsize::new(0),
             pending: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+            finished: tokio::sync::watch::channel(false).0,
+            has_consumer: AtomicBool::new(false),
         }
+    }
+
+    /// The consumer has ended: the handler will be called no more.
+    fn consumer_finished(&self) {
+        self.finished.send_replace(true);
+    }
+
+    /// Waits until the consumer has ended (see [`consumer_finished`](Self::consumer_finished)).
+    pub(crate) async fn wait_finished(&self) {
+        let mut rx = self.finished.subscribe();
+        let _ = rx.wait_for(|f| *f).await;
     }
 
     /// Queues a notification, ignoring any bound: every notification of an unbounded listener,
@@ -186,6 +215,9 @@ impl<K> ListenerQueue<K> {
             st.buf.drain(..).collect()
         };
         self.finished_all(dropped);
+        if !self.has_consumer.load(Ordering::Acquire) {
+            self.consumer_finished();
+        }
         self.cond.notify_all();
         self.space.notify_waiters();
         self.space.notify_one();
@@ -425,6 +457,8 @@ impl<K> Listener<K> {
         K: Send + Sync + 'static,
     {
         let queue = self.queue.clone();
+        self.queue.has_consumer.store(true, Ordering::Release);
+        let finished = FinishGuard(queue.clone());
         dispatcher.spawn(Box::pin(async move {
             let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
             let mut slow = SlowHandlerWarning::default();
@@ -469,6 +503,8 @@ impl<K> Listener<K> {
             // Closed: whatever was taken but not handled is dropped, as client-go drops the
             // pending buffer of a stopped listener.
             queue.finished_all(batch.drain(..));
+            drop(handler);
+            drop(finished);
         }));
     }
 
@@ -482,6 +518,8 @@ impl<K> Listener<K> {
         K: Send + Sync + 'static,
     {
         let queue = self.queue.clone();
+        self.queue.has_consumer.store(true, Ordering::Release);
+        let finished = FinishGuard(queue.clone());
         let spawned = std::thread::Builder::new()
             .name(name.clone())
             .spawn(move || {
@@ -496,6 +534,8 @@ impl<K> Listener<K> {
                     }
                 }
                 queue.finished_all(batch.drain(..));
+                drop(handler);
+                drop(finished);
             });
         *self.thread.lock() = Some(spawned?);
         Ok(())

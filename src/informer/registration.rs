@@ -54,6 +54,16 @@ where
             && self.listener.queue.initial_pending() == 0
     }
 
+    /// Waits until this handler will be called no more (after its removal, or once its informer
+    /// has stopped).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn wait_finished(&self) {
+        self.listener.queue.wait_finished().await;
+    }
+
     /// Notifications buffered for this handler and not yet handled.
     pub fn pending(&self) -> usize {
         self.listener.queue.pending()

@@ -1442,3 +1442,78 @@ async fn in_order_late_handler_and_undecodable_objects_behave_as_in_delta_fifo_m
     assert_eq!(inf.last_store_sync_resource_version(), "6");
     inf.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shut_down_event_handler_returns_once_the_handler_runs_no_more() {
+    for dedicated in [false, true] {
+        let lw = MockLw::new();
+        lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+        let inf = informer(&lw);
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = Mutex::new(release_rx);
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = DropFlag(dropped.clone());
+        let handler = ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+            let _keep = &flag;
+            entered_tx.send(()).unwrap();
+            release_rx.lock().recv().unwrap();
+        });
+        let options = if dedicated {
+            HandlerOptions::default().dedicated_thread()
+        } else {
+            HandlerOptions::default()
+        };
+        let reg = inf
+            .add_event_handler_with_options(handler, options)
+            .unwrap();
+        inf.start();
+        tokio::task::spawn_blocking(move || entered_rx.recv().unwrap())
+            .await
+            .unwrap();
+        // The handler is inside a call: the shutdown must wait for it.
+        let shut = tokio::spawn({
+            let inf = inf.clone();
+            async move { inf.shut_down_event_handler(&reg).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !shut.is_finished(),
+            "returned while the handler was running"
+        );
+        release_tx.send(()).unwrap();
+        within("shut_down_event_handler", shut)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the handler is dropped by then"
+        );
+        inf.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn shut_down_of_a_subscription_and_of_a_foreign_registration() {
+    let lw = MockLw::new();
+    let inf = informer(&lw);
+    let other = informer(&MockLw::new());
+    let stream = inf.subscribe().unwrap();
+    let foreign = other
+        .add_event_handler(ResourceEventHandlerFuncs::new())
+        .unwrap();
+    assert!(matches!(
+        inf.shut_down_event_handler(&foreign).await,
+        Err(InformerError::ForeignRegistration)
+    ));
+    within(
+        "shut down a stream's registration",
+        inf.shut_down_event_handler(stream.registration()),
+    )
+    .await
+    .unwrap();
+    within("shut down again", other.shut_down_event_handler(&foreign))
+        .await
+        .unwrap();
+}
