@@ -18,7 +18,9 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 
 use crate::{
-    informer::{FifoMode, InformerConfig, SharedIndexInformer},
+    informer::{
+        FifoMode, InformerConfig, InformerId, InformerMetricsProvider, SharedIndexInformer,
+    },
     lister::Lister,
     reflector::{ApiListerWatcher, ReflectorConfig},
     transform::{MetaTransformFn, meta_transform},
@@ -48,6 +50,11 @@ pub struct FactoryConfig {
     pub fifo_mode: FifoMode,
     /// Per-type FIFO modes, overriding [`Self::fifo_mode`].
     pub custom_fifo_mode: HashMap<TypeId, FifoMode>,
+    /// The name every informer of this factory reports metrics under, with its group, version
+    /// and resource (client-go `WithInformerName`); none by default, and then no metrics.
+    pub informer_name: Option<String>,
+    /// Where informer metrics go (see [`InformerMetricsProvider`]).
+    pub metrics_provider: Option<Arc<dyn InformerMetricsProvider>>,
 }
 
 impl Debug for FactoryConfig {
@@ -62,6 +69,8 @@ impl Debug for FactoryConfig {
             .field("reflector", &self.reflector)
             .field("fifo_mode", &self.fifo_mode)
             .field("custom_fifo_mode", &self.custom_fifo_mode.len())
+            .field("informer_name", &self.informer_name)
+            .field("metrics_provider", &self.metrics_provider.is_some())
             .finish()
     }
 }
@@ -132,6 +141,20 @@ impl FactoryConfig {
     #[must_use]
     pub fn fifo_mode(mut self, mode: FifoMode) -> Self {
         self.fifo_mode = mode;
+        self
+    }
+
+    /// Sets [`Self::informer_name`].
+    #[must_use]
+    pub fn informer_name(mut self, name: impl Into<String>) -> Self {
+        self.informer_name = Some(name.into());
+        self
+    }
+
+    /// Sets [`Self::metrics_provider`].
+    #[must_use]
+    pub fn metrics_provider(mut self, provider: Arc<dyn InformerMetricsProvider>) -> Self {
+        self.metrics_provider = Some(provider);
         self
     }
 
@@ -309,7 +332,7 @@ impl SharedInformerFactory {
         }
     }
 
-    fn informer_config<K: 'static>(&self) -> InformerConfig {
+    fn informer_config<K: 'static>(&self, gvr: [String; 3]) -> InformerConfig {
         let c = &self.inner.config;
         let resync = c
             .custom_resync
@@ -321,10 +344,18 @@ impl SharedInformerFactory {
             .get(&TypeId::of::<K>())
             .copied()
             .unwrap_or(c.fifo_mode);
-        InformerConfig::default()
+        let mut config = InformerConfig::default()
             .resync_period(resync)
             .reflector(c.reflector.clone())
-            .fifo_mode(fifo_mode)
+            .fifo_mode(fifo_mode);
+        if let Some(name) = &c.informer_name {
+            let [group, version, resource] = gvr;
+            config = config.identity(InformerId::new(name.clone(), group, version, resource));
+        }
+        if let Some(p) = &c.metrics_provider {
+            config = config.metrics_provider(p.clone());
+        }
+        config
     }
 
     fn get_or_create<K>(
@@ -375,6 +406,7 @@ impl SharedInformerFactory {
         name: String,
         url: String,
         metadata_only: bool,
+        gvr: [String; 3],
     ) -> SharedIndexInformer<T>
     where
         T: Resource + DeserializeOwned + Send + Sync + 'static,
@@ -387,7 +419,7 @@ impl SharedInformerFactory {
         self.get_or_create(key, || {
             SharedIndexInformer::new(
                 self.lister_watcher::<T>(url, metadata_only),
-                self.informer_config::<T>(),
+                self.informer_config::<T>(gvr),
             )
         })
     }
@@ -399,7 +431,7 @@ impl SharedInformerFactory {
         K::Scope: 'static,
     {
         let url = K::url_path(&(), self.namespace_for(is_namespaced::<K>()));
-        self.shared_informer(type_label::<K>(), url, false)
+        self.shared_informer(type_label::<K>(), url, false, gvr::<K>())
     }
 
     /// The lister of the informer for `K`.
@@ -419,7 +451,7 @@ impl SharedInformerFactory {
         K::Scope: 'static,
     {
         let url = K::url_path(&(), self.namespace_for(is_namespaced::<K>()));
-        self.shared_informer(type_label::<K>(), url, true)
+        self.shared_informer(type_label::<K>(), url, true, gvr::<K>())
     }
 
     /// A dynamic informer for the resource `ar` (for kinds known only at run time, such as
@@ -432,7 +464,8 @@ impl SharedInformerFactory {
     ) -> SharedIndexInformer<DynamicObject> {
         let url = DynamicObject::url_path(ar, self.namespace_for(namespaced));
         let name = format!("{}/{}/{}", ar.group, ar.version, ar.plural);
-        self.shared_informer(name, url, false)
+        let gvr = [ar.group.clone(), ar.version.clone(), ar.plural.clone()];
+        self.shared_informer(name, url, false, gvr)
     }
 
     /// Starts every informer requested since the last call (client-go `Start`). Non-blocking
@@ -538,6 +571,14 @@ impl SharedInformerFactory {
             .collect();
         futures::future::join_all(all.iter().map(|i| i.shutdown())).await;
     }
+}
+
+fn gvr<K: Resource<DynamicType = ()>>() -> [String; 3] {
+    [
+        K::group(&()).into_owned(),
+        K::version(&()).into_owned(),
+        K::plural(&()).into_owned(),
+    ]
 }
 
 fn informer_name(k: &InformerKey) -> String {

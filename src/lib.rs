@@ -109,8 +109,8 @@ pub use fifo::{
 };
 pub use informer::{
     Event, EventStream, FifoMode, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
-    InformerError, Lifecycle, ResourceEventHandler, ResourceEventHandlerFuncs,
-    ResourceEventHandlerRegistration, SharedIndexInformer,
+    InformerError, InformerId, InformerMetricsProvider, Lifecycle, ResourceEventHandler,
+    ResourceEventHandlerFuncs, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 pub use lister::{Lister, NamespaceLister};
 pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};

@@ -289,3 +289,121 @@ async fn wait_for_cache_sync_timeout_names_the_informers_that_did_not_sync() {
     assert_eq!(ok.into_result(), Ok(()));
     factory.shutdown().await;
 }
+
+/// Records what an informer reports, by metric name and labels.
+#[derive(Default)]
+struct Recorded(Mutex<BTreeMap<String, Vec<f64>>>);
+
+struct Handle(Arc<Recorded>, String);
+
+impl kube_informer::workqueue::SettableGaugeMetric for Handle {
+    fn set(&self, value: f64) {
+        self.0
+            .0
+            .lock()
+            .entry(self.1.clone())
+            .or_default()
+            .push(value);
+    }
+}
+
+impl kube_informer::workqueue::HistogramMetric for Handle {
+    fn observe(&self, value: f64) {
+        self.0
+            .0
+            .lock()
+            .entry(self.1.clone())
+            .or_default()
+            .push(value);
+    }
+}
+
+struct Provider(Arc<Recorded>);
+
+impl Provider {
+    fn handle(&self, metric: &str, id: &kube_informer::InformerId) -> Box<Handle> {
+        Box::new(Handle(
+            self.0.clone(),
+            format!(
+                "{metric}{{name={},group={},version={},resource={}}}",
+                id.name, id.group, id.version, id.resource
+            ),
+        ))
+    }
+}
+
+impl kube_informer::InformerMetricsProvider for Provider {
+    fn new_queued_items_metric(
+        &self,
+        id: &kube_informer::InformerId,
+    ) -> Box<dyn kube_informer::workqueue::SettableGaugeMetric> {
+        self.handle(kube_informer::informer::metric_names::QUEUED_ITEMS, id)
+    }
+    fn new_processing_latency_metric(
+        &self,
+        id: &kube_informer::InformerId,
+    ) -> Box<dyn kube_informer::workqueue::HistogramMetric> {
+        self.handle(
+            kube_informer::informer::metric_names::PROCESSING_LATENCY,
+            id,
+        )
+    }
+    fn new_store_resource_version_metric(
+        &self,
+        id: &kube_informer::InformerId,
+    ) -> Box<dyn kube_informer::workqueue::SettableGaugeMetric> {
+        self.handle(
+            kube_informer::informer::metric_names::STORE_RESOURCE_VERSION,
+            id,
+        )
+    }
+}
+
+#[tokio::test]
+async fn named_informers_report_client_go_metrics_with_their_labels() {
+    use kube_informer::FifoMode;
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server.create(&cm("a", "one", &[])).unwrap();
+    server.create(&cm("a", "two", &[])).unwrap();
+    let recorded = Arc::new(Recorded::default());
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default()
+            .fifo_mode(FifoMode::InOrder)
+            .fifo_mode_for::<Secret>(FifoMode::DeltaFifo)
+            .informer_name("my-controller")
+            .metrics_provider(Arc::new(Provider(recorded.clone()))),
+    );
+    let _cms = factory.informer::<ConfigMap>();
+    let _secrets = factory.informer::<Secret>();
+    factory.start();
+    within("sync", factory.wait_for_cache_sync()).await;
+    server.create(&cm("a", "three", &[])).unwrap();
+    let rv = server.current_resource_version() as f64;
+    let labels = "{name=my-controller,group=,version=v1,resource=configmaps}";
+    let store_rv = format!("informer_store_resource_version{labels}");
+    eventually("the store version reported", || {
+        recorded
+            .0
+            .lock()
+            .get(&store_rv)
+            .and_then(|v| v.last().copied())
+            == Some(rv)
+    })
+    .await;
+    {
+        let got = recorded.0.lock();
+        let queued = &got[&format!("informer_queued_items{labels}")];
+        assert!(queued.iter().any(|&n| n >= 1.0), "{queued:?}");
+        assert_eq!(queued.last(), Some(&0.0));
+        assert!(!got[&format!("informer_processing_latency_seconds{labels}")].is_empty());
+        // The DeltaFIFO informer has no queue metrics (as client-go's DeltaFIFO) and no store
+        // version to report.
+        assert!(
+            got.keys().all(|k| !k.contains("secrets")),
+            "{:?}",
+            got.keys()
+        );
+    }
+    factory.shutdown().await;
+}

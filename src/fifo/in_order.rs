@@ -18,6 +18,7 @@ use super::{
     queue::{FifoError, KnownObjects, TransformFn, transform_object},
 };
 use crate::{
+    informer::FifoMetrics,
     reflector::ReflectorStore,
     store::{ObjectKey, key_of},
 };
@@ -125,6 +126,7 @@ pub struct InOrderFifo<K> {
     known: Option<Arc<dyn KnownObjects<K>>>,
     transform: Option<TransformFn<K>>,
     batch_size: usize,
+    metrics: Option<FifoMetrics>,
 }
 
 impl<K> fmt::Debug for InOrderFifo<K> {
@@ -164,6 +166,19 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
             known,
             transform: None,
             batch_size: DEFAULT_BATCH_SIZE,
+            metrics: None,
+        }
+    }
+
+    /// Reports queue length and processing latency (client-go's `fifoMetrics`).
+    pub(crate) fn with_metrics(mut self, metrics: FifoMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn report_len(&self, state: &State<K>) {
+        if let Some(m) = &self.metrics {
+            m.queued_items.set(state.items.len() as f64);
         }
     }
 
@@ -194,6 +209,7 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
             let mut state = self.state.lock();
             state.populated = true;
             state.items.push_back(Queued { key, delta });
+            self.report_len(&state);
             self.note_synced(&state);
         }
         self.wake.notify_one();
@@ -341,6 +357,7 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
                 state.populated = true;
                 state.initial_population_count = state.items.len();
             }
+            self.report_len(&state);
             self.note_synced(&state);
         }
         self.wake.notify_one();
@@ -383,7 +400,9 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
                 let mut state = self.state.lock();
                 if !state.items.is_empty() {
                     let initial = !state.has_synced();
-                    break (self.take_batch(&mut state), initial);
+                    let batch = self.take_batch(&mut state);
+                    self.report_len(&state);
+                    break (batch, initial);
                 }
                 if state.closed {
                     return Err(FifoError::Closed);
@@ -392,7 +411,12 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
             notified.await;
         };
         let taken = batch.len();
+        let started = std::time::Instant::now();
         let out = process(batch, is_in_initial_list);
+        if let Some(m) = &self.metrics {
+            m.processing_latency
+                .observe(started.elapsed().as_secs_f64());
+        }
         let mut state = self.state.lock();
         if state.initial_population_count > 0 {
             state.initial_population_count = state.initial_population_count.saturating_sub(taken);
@@ -649,7 +673,7 @@ mod tests {
         assert!(!seen_synced_inside, "synced only once processing returned");
         assert!(fifo.has_synced());
         // The add after the replace is not part of the initial list.
-        assert_eq!(pop_now(&fifo).unwrap().1, false);
+        assert!(!pop_now(&fifo).unwrap().1);
         // Only the first replace counts.
         fifo.replace(vec![], "3").unwrap();
         assert!(fifo.has_synced());

@@ -2,6 +2,7 @@
 //! (client-go `tools/cache/shared_informer.go`, `controller.go`).
 
 mod handler;
+mod metrics;
 mod processor;
 mod queue;
 mod registration;
@@ -19,6 +20,8 @@ use tokio::{sync::watch, task::JoinHandle};
 pub use handler::{
     Event, FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs,
 };
+pub(crate) use metrics::{FifoMetrics, InformerMetrics, resource_version_metric_value};
+pub use metrics::{InformerId, InformerMetricsProvider, names as metric_names};
 use processor::{Listener, Processor, Reservation, determine_resync_period};
 pub use queue::FifoMode;
 use queue::{InformerQueue, QueueHandle};
@@ -76,7 +79,7 @@ pub enum Lifecycle {
 }
 
 /// Informer options.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct InformerConfig {
     /// The default resync period of handlers added without one (client-go
@@ -87,6 +90,23 @@ pub struct InformerConfig {
     /// Which FIFO runs between the reflector and the cache: [`FifoMode::DeltaFifo`] (the
     /// default) or [`FifoMode::InOrder`] (what client-go v0.36+ runs).
     pub fifo_mode: FifoMode,
+    /// Who the informer is in metrics (client-go `Identifier`); metrics are reported only when
+    /// its name is set.
+    pub identity: Option<InformerId>,
+    /// Where metrics go ([`InformerMetricsProvider`]); none by default.
+    pub metrics_provider: Option<Arc<dyn InformerMetricsProvider>>,
+}
+
+impl std::fmt::Debug for InformerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InformerConfig")
+            .field("resync_period", &self.resync_period)
+            .field("reflector", &self.reflector)
+            .field("fifo_mode", &self.fifo_mode)
+            .field("identity", &self.identity)
+            .field("metrics_provider", &self.metrics_provider.is_some())
+            .finish()
+    }
 }
 
 impl InformerConfig {
@@ -108,6 +128,20 @@ impl InformerConfig {
     #[must_use]
     pub fn fifo_mode(mut self, mode: FifoMode) -> Self {
         self.fifo_mode = mode;
+        self
+    }
+
+    /// Sets [`Self::identity`].
+    #[must_use]
+    pub fn identity(mut self, id: InformerId) -> Self {
+        self.identity = Some(id);
+        self
+    }
+
+    /// Sets [`Self::metrics_provider`].
+    #[must_use]
+    pub fn metrics_provider(mut self, provider: Arc<dyn InformerMetricsProvider>) -> Self {
+        self.metrics_provider = Some(provider);
         self
     }
 }
@@ -221,6 +255,8 @@ pub(crate) struct Inner<K> {
     lifecycle: watch::Sender<Lifecycle>,
     reflector_config: ReflectorConfig,
     fifo_mode: FifoMode,
+    /// Set when the informer has a name and a metrics provider.
+    metrics: Option<InformerMetrics>,
 }
 
 struct State<K> {
@@ -246,10 +282,22 @@ where
     /// Like [`new`](Self::new) with a shared lister-watcher.
     pub fn from_arc(lw: Arc<dyn ListerWatcher<K>>, config: InformerConfig) -> Self {
         let (lifecycle, _) = watch::channel(Lifecycle::NotStarted);
+        let metrics = match (config.identity, config.metrics_provider) {
+            (Some(id), Some(provider)) if !id.name.is_empty() => {
+                Some(InformerMetrics { id, provider })
+            }
+            _ => None,
+        };
+        let indexer = Indexer::new();
+        if let Some(m) = &metrics {
+            indexer.set_resource_version_metric(Arc::from(
+                m.provider.new_store_resource_version_metric(&m.id),
+            ));
+        }
         Self {
             inner: Arc::new(Inner {
                 lw,
-                indexer: Indexer::new(),
+                indexer,
                 processor: Processor::new(),
                 state: Mutex::new(State {
                     started: false,
@@ -265,6 +313,7 @@ where
                 lifecycle,
                 reflector_config: config.reflector,
                 fifo_mode: config.fifo_mode,
+                metrics,
             }),
         }
     }
@@ -632,8 +681,16 @@ where
                 .await;
             }
             FifoMode::InOrder => {
+                let metrics = self
+                    .inner
+                    .metrics
+                    .as_ref()
+                    .map(|m| FifoMetrics::new(&m.id, &*m.provider));
                 self.run_with(|known, transform| {
                     let mut fifo = InOrderFifo::new(Some(known));
+                    if let Some(m) = metrics {
+                        fifo = fifo.with_metrics(m);
+                    }
                     if let Some(t) = transform {
                         fifo = fifo.with_transform(t);
                     }

@@ -372,7 +372,7 @@ where
             let page = decode_list_body(
                 res.into_body().into_data_stream(),
                 options.max_object_bytes,
-                |k| sink(k),
+                &mut *sink,
             )
             .await?;
             Ok(ListSummary {

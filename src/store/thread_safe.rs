@@ -52,6 +52,20 @@ struct Inner<K> {
     /// The resourceVersion of the last change applied in order (client-go
     /// `LastStoreSyncResourceVersion`); empty until an in-order informer applies one.
     resource_version: String,
+    /// Reports every change of `resource_version` (client-go `informer_store_resource_version`).
+    rv_metric: Option<Arc<dyn crate::workqueue::SettableGaugeMetric>>,
+}
+
+impl<K> Inner<K> {
+    fn set_resource_version(&mut self, rv: &str) {
+        rv.clone_into(&mut self.resource_version);
+        if let (Some(m), Some(v)) = (
+            &self.rv_metric,
+            crate::informer::resource_version_metric_value(rv),
+        ) {
+            m.set(v);
+        }
+    }
 }
 
 /// One change of a [`Indexer::transaction`].
@@ -181,8 +195,17 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                     index: Index::default(),
                 }],
                 resource_version: String::new(),
+                rv_metric: None,
             })),
         }
+    }
+
+    /// Reports the store's resourceVersion to `metric` from now on.
+    pub(crate) fn set_resource_version_metric(
+        &self,
+        metric: Arc<dyn crate::workqueue::SettableGaugeMetric>,
+    ) {
+        self.inner.write().rv_metric = Some(metric);
     }
 
     /// An empty store with the built-in [`NAMESPACE_INDEX`] and `indexers`
@@ -290,6 +313,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             items: HashMap::with_capacity(objs.len()),
             indices: self.empty_indices(),
             resource_version: String::new(),
+            rv_metric: None,
         };
         // Filled in list order, as `add` would: walking a built map in hash order instead
         // touches every object at random and measured four times slower at 100k objects.
@@ -306,10 +330,11 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
                 index,
             });
         }
-        fresh.resource_version = match resource_version {
-            Some(rv) => rv.to_owned(),
-            None => std::mem::take(&mut inner.resource_version),
-        };
+        fresh.rv_metric = inner.rv_metric.take();
+        match resource_version {
+            Some(rv) => fresh.set_resource_version(rv),
+            None => fresh.resource_version = std::mem::take(&mut inner.resource_version),
+        }
         let old = std::mem::replace(&mut *inner, fresh);
         drop(inner);
         // Freeing the old objects can take a while; readers need not wait for it.
@@ -346,7 +371,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             })
             .collect();
         if let Some(rv) = resource_version.filter(|rv| !rv.is_empty()) {
-            rv.clone_into(&mut inner.resource_version);
+            inner.set_resource_version(rv);
         }
         previous
     }
@@ -368,7 +393,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// `threadSafeMap.Bookmark`).
     pub fn bookmark(&self, resource_version: &str) {
         if !resource_version.is_empty() {
-            resource_version.clone_into(&mut self.inner.write().resource_version);
+            self.inner.write().set_resource_version(resource_version);
         }
     }
 
