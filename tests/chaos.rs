@@ -23,6 +23,9 @@
 //!   and every registration reports `has_synced`;
 //! - nothing panicked (the informer task, handler threads, the test itself).
 //!
+//! Schedules alternate between the two FIFO modes (`FifoMode::DeltaFifo` for even seeds,
+//! `FifoMode::InOrder` for odd ones); every check above holds in both.
+//!
 //! A failure prints its seed. Replay one schedule with
 //!
 //! ```text
@@ -57,8 +60,8 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube_informer::{
-    ApiListerWatcher, DeltaObject, Event, InformerConfig, ReflectorConfig, ResourceEventHandler,
-    testing::FakeApiServer,
+    ApiListerWatcher, DeltaObject, Event, FifoMode, InformerConfig, ReflectorConfig,
+    ResourceEventHandler, testing::FakeApiServer,
 };
 use parking_lot::Mutex;
 
@@ -392,6 +395,16 @@ impl Setup {
     }
 }
 
+/// The FIFO mode of a schedule: from the seed's low bit, so both modes run in every batch of
+/// schedules and a seed replays in its own mode (and old seeds keep their schedule).
+fn fifo_mode_of(seed: u64) -> FifoMode {
+    if seed % 2 == 0 {
+        FifoMode::DeltaFifo
+    } else {
+        FifoMode::InOrder
+    }
+}
+
 async fn run_schedule(seed: u64, totals: &Totals) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let setup = Setup::draw(&mut rng);
@@ -434,7 +447,8 @@ async fn run_schedule(seed: u64, totals: &Totals) {
         ApiListerWatcher::new(Api::<ConfigMap>::all(server.client())),
         InformerConfig::default()
             .reflector(config)
-            .resync_period(resync),
+            .resync_period(resync)
+            .fifo_mode(fifo_mode_of(seed)),
     );
     let mut logs: Vec<(String, Log)> = Vec::new();
     let mut registrations = Vec::new();
