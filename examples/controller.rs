@@ -13,11 +13,15 @@
 //! is told to fail a few writes so the requeue path shows; it exits once everything is in sync.
 //! With a cluster (kubeconfig) it reconciles labelled ConfigMaps in `CONTROLLER_NAMESPACE`
 //! (default `default`) for `CONTROLLER_SECONDS` (default 30).
+//!
+//! The controller itself is `Controller` (start, `settled`, stop), apart from `main`, so that
+//! `tests/controller_example.rs` runs this very code against the fake API server and checks
+//! what it wrote.
 
 use std::{
     collections::{BTreeMap, hash_map::DefaultHasher},
     hash::{Hash, Hasher},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -32,11 +36,15 @@ use kube_informer::{
     testing::{FakeApiServer, Verb},
 };
 
-const LABEL: &str = "example.com/checksum=enabled";
-const ANNOTATION: &str = "example.com/checksum";
-const MAX_RETRIES: usize = 5;
+/// The label selector of the ConfigMaps this controller looks after.
+pub const LABEL: &str = "example.com/checksum=enabled";
+/// The annotation it keeps equal to [`checksum`] of the data.
+pub const ANNOTATION: &str = "example.com/checksum";
+/// Retries of one key before giving up on it.
+pub const MAX_RETRIES: usize = 5;
 
-fn checksum(cm: &ConfigMap) -> String {
+/// The checksum of a ConfigMap's data.
+pub fn checksum(cm: &ConfigMap) -> String {
     let mut h = DefaultHasher::new();
     cm.data.hash(&mut h);
     format!("{:016x}", h.finish())
@@ -81,17 +89,35 @@ fn short(e: &kube::Error) -> String {
     }
 }
 
+/// What the workers did: for the log, and for tests to assert on.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// Successful writes of the annotation, by key.
+    pub updated: BTreeMap<String, usize>,
+    /// Failed reconciles put back with backoff.
+    pub retries: usize,
+    /// Keys given up on after `MAX_RETRIES` retries.
+    pub gave_up: Vec<String>,
+}
+
 async fn worker(
     id: usize,
     queue: RateLimitingQueue<ObjectKey>,
     lister: Lister<ConfigMap>,
     client: Client,
+    stats: Arc<Mutex<Stats>>,
 ) {
     while let Some(key) = queue.get().await {
         match reconcile(&key, &lister, &client).await {
             Ok(changed) => {
                 if changed {
                     println!("worker {id}: {key}: checksum annotation updated");
+                    *stats
+                        .lock()
+                        .unwrap()
+                        .updated
+                        .entry(key.to_string())
+                        .or_default() += 1;
                 }
                 queue.forget(&key);
             }
@@ -100,6 +126,7 @@ async fn worker(
                     "worker {id}: {key}: {e}; retry #{}",
                     queue.num_requeues(&key) + 1
                 );
+                stats.lock().unwrap().retries += 1;
                 let _ = queue.add_rate_limited(key.clone());
             }
             Err(e) => {
@@ -107,10 +134,104 @@ async fn worker(
                     "worker {id}: {key}: giving up after {MAX_RETRIES} retries: {}",
                     short(&e)
                 );
+                stats.lock().unwrap().gave_up.push(key.to_string());
                 queue.forget(&key);
             }
         }
         queue.done(&key);
+    }
+}
+
+/// The running controller: an informer on the labelled ConfigMaps of one namespace, whose
+/// handler enqueues keys, and two workers draining the queue.
+pub struct Controller {
+    factory: SharedInformerFactory,
+    queue: RateLimitingQueue<ObjectKey>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    stats: Arc<Mutex<Stats>>,
+}
+
+impl Controller {
+    /// Starts the informer, waits for its cache, and starts the workers.
+    pub async fn start(
+        client: Client,
+        namespace: &str,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let factory = SharedInformerFactory::new(
+            client.clone(),
+            FactoryConfig::default()
+                .namespace(namespace)
+                .labels(LABEL)
+                .strip_managed_fields(),
+        );
+        let informer = factory.informer::<ConfigMap>();
+        let queue: RateLimitingQueue<ObjectKey> = RateLimitingQueue::new();
+        let enqueue = {
+            let queue = queue.clone();
+            move |cm: &ConfigMap| {
+                if let Ok(key) = key_of(cm) {
+                    let _ = queue.add(key);
+                }
+            }
+        };
+        let (e1, e2) = (enqueue.clone(), enqueue);
+        informer.add_event_handler(
+            ResourceEventHandlerFuncs::new()
+                .on_add(move |cm: &Arc<ConfigMap>, _| e1(cm))
+                .on_update(move |_, cm: &Arc<ConfigMap>| e2(cm)),
+        )?;
+        factory.start();
+        factory.wait_for_cache_sync().await;
+
+        let stats = Arc::new(Mutex::new(Stats::default()));
+        let workers = (0..2)
+            .map(|id| {
+                tokio::spawn(worker(
+                    id,
+                    queue.clone(),
+                    factory.lister::<ConfigMap>(),
+                    client.clone(),
+                    stats.clone(),
+                ))
+            })
+            .collect();
+        Ok(Self {
+            factory,
+            queue,
+            workers,
+            stats,
+        })
+    }
+
+    /// Whether the work is done for now: every cached ConfigMap carries its current checksum
+    /// (or was given up on) and no key is queued.
+    pub fn settled(&self) -> bool {
+        let gave_up = self.stats.lock().unwrap().gave_up.clone();
+        let lister = self.factory.lister::<ConfigMap>();
+        let all_done = lister.list(&Default::default()).iter().all(|cm| {
+            cm.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION))
+                == Some(&checksum(cm))
+                || key_of(&**cm).is_ok_and(|k| gave_up.contains(&k.to_string()))
+        });
+        all_done && self.queue.is_empty()
+    }
+
+    /// What the workers did so far.
+    pub fn stats(&self) -> Stats {
+        self.stats.lock().unwrap().clone()
+    }
+
+    /// Lets the workers finish what is queued, then stops them and the informer.
+    pub async fn stop(self) -> Result<Stats, Box<dyn std::error::Error>> {
+        self.queue.shutdown_with_drain().await;
+        for w in self.workers {
+            w.await?;
+        }
+        self.factory.shutdown().await;
+        Ok(self.stats.lock().unwrap().clone())
     }
 }
 
@@ -149,61 +270,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         server.faults().fail_next_for(3, 500, &[Verb::Update]);
     }
 
-    let factory = SharedInformerFactory::new(
-        client.clone(),
-        FactoryConfig::default()
-            .namespace(namespace.clone())
-            .labels(LABEL)
-            .strip_managed_fields(),
-    );
-    let informer = factory.informer::<ConfigMap>();
-    let queue: RateLimitingQueue<ObjectKey> = RateLimitingQueue::new();
-    let enqueue = {
-        let queue = queue.clone();
-        move |cm: &ConfigMap| {
-            if let Ok(key) = key_of(cm) {
-                let _ = queue.add(key);
-            }
-        }
-    };
-    let (e1, e2) = (enqueue.clone(), enqueue);
-    informer.add_event_handler(
-        ResourceEventHandlerFuncs::new()
-            .on_add(move |cm: &Arc<ConfigMap>, _| e1(cm))
-            .on_update(move |_, cm: &Arc<ConfigMap>| e2(cm)),
-    )?;
-    factory.start();
-    factory.wait_for_cache_sync().await;
-
-    let workers: Vec<_> = (0..2)
-        .map(|id| {
-            tokio::spawn(worker(
-                id,
-                queue.clone(),
-                factory.lister::<ConfigMap>(),
-                client.clone(),
-            ))
-        })
-        .collect();
-
+    let controller = Controller::start(client, &namespace).await?;
     if fake.is_some() {
         // Done when every object carries its current checksum and the queue is idle.
-        let lister = factory.lister::<ConfigMap>();
-        loop {
+        while !controller.settled() {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let all = lister.list(&Default::default());
-            let in_sync = all.iter().all(|cm| {
-                cm.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(ANNOTATION))
-                    == Some(&checksum(cm))
-            });
-            if in_sync && queue.is_empty() {
-                println!("all {} ConfigMaps in sync", all.len());
-                break;
-            }
         }
+        let stats = controller.stats();
+        println!(
+            "all {} ConfigMaps in sync ({} retries)",
+            stats.updated.len(),
+            stats.retries
+        );
     } else {
         let secs = std::env::var("CONTROLLER_SECONDS")
             .ok()
@@ -211,10 +289,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .unwrap_or(30);
         tokio::time::sleep(Duration::from_secs(secs)).await;
     }
-    queue.shutdown_with_drain().await;
-    for w in workers {
-        w.await?;
-    }
-    factory.shutdown().await;
+    controller.stop().await?;
     Ok(())
 }

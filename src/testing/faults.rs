@@ -19,8 +19,10 @@ pub enum Verb {
     Watch,
     /// `POST`.
     Create,
-    /// `PUT`.
+    /// `PUT` (of the object or of its `/status`).
     Update,
+    /// `PATCH` (of the object or of its `/status`).
+    Patch,
     /// `DELETE`.
     Delete,
     /// Anything else (`/version`, unknown paths, other methods).

@@ -2,11 +2,15 @@
 //!
 //! [`FakeApiServer`] speaks real HTTP/1.1 on `127.0.0.1` at an ephemeral port and hands out a
 //! [`kube::Client`] pointed at itself, so the code under test runs unchanged. It holds any
-//! registered resource as JSON and implements the parts of the API server that informers rely
-//! on, with kube-apiserver's semantics:
+//! registered resource as JSON and implements the parts of the API server that informers and
+//! controllers rely on, with kube-apiserver's semantics:
 //!
-//! - create / update (with optimistic concurrency) / delete / get, over HTTP or through
-//!   [`FakeApiServer::create`] and friends, with one global increasing `resourceVersion`;
+//! - create / update (with optimistic concurrency) / patch / delete / get, over HTTP or (all
+//!   but patch) through [`FakeApiServer::create`] and friends, with one global increasing
+//!   `resourceVersion`; `dryRun=All` on every write;
+//! - `PATCH` with a JSON merge patch (RFC 7386) or a JSON patch (RFC 6902); strategic merge
+//!   patch and server-side apply are refused (see [Writes](#writes));
+//! - `/status` subresources ([`StatusSubresource`]), and finalizers with two-phase deletion;
 //! - list with `limit`/`continue` and the `resourceVersion`/`resourceVersionMatch` rules;
 //! - watch as a chunked stream of JSON lines from a resourceVersion, bookmarks,
 //!   `timeoutSeconds`, `sendInitialEvents` with the `k8s.io/initial-events-end` bookmark;
@@ -79,17 +83,61 @@
 //!   default 1024) and one that falls that far behind is cut off (its connection closed
 //!   abruptly), as kube-apiserver's watch cache does with slow watchers.
 //!
+//! # Writes
+//!
+//! As kube-apiserver's generic registry (`registry/generic/registry/store.go`, `rest.BeforeCreate`
+//! / `BeforeUpdate`, `handlers/patch.go`), for a client over HTTP:
+//!
+//! - **Optimistic concurrency**: an update or patch whose `metadata.resourceVersion` is not the
+//!   stored one gets `409 Conflict`; without one (a patch that does not set it) it is
+//!   unconditional. A create that sets a `resourceVersion` gets `500` ("resourceVersion should
+//!   not be set on objects to be created", as etcd3's store answers); one of an existing name
+//!   `409 AlreadyExists`. `uid`, `creationTimestamp` and, once set, `deletionTimestamp` and
+//!   `deletionGracePeriodSeconds` are kept from the stored object; changing the `uid` or
+//!   setting a `deletionTimestamp` by update is `422 Invalid`.
+//! - **No-op writes**: an update or patch that leaves the object as stored is not written (no
+//!   new resourceVersion, no watch event), as etcd3's `GuaranteedUpdate`.
+//! - **PATCH**: `application/merge-patch+json` and `application/json-patch+json` (every
+//!   operation; a failing `test` or a missing path is `422 Invalid`, a body that is not a patch
+//!   `400`), applied to the stored object, then stored as an update, so every rule here applies
+//!   to the result. `application/strategic-merge-patch+json` and `application/apply-patch+yaml`
+//!   (server-side apply) get `415 UnsupportedMediaType` with a message saying so: both depend on
+//!   per-field merge rules and field ownership the fake server does not model, and an
+//!   approximation would give results the real server would not. A patch of a missing object
+//!   is `404` (so an apply never creates).
+//! - **Status subresource** ([`StatusSubresource`], chosen at registration: by default, types
+//!   with a `status` field have one): `GET`/`PUT`/`PATCH` of `.../{name}/status` change only
+//!   `.status` (everything else is kept as stored, as apiextensions' status strategy does);
+//!   creates clear `.status` and main-resource updates and patches keep the stored one;
+//!   `metadata.generation` (1 on create) is bumped by a main-resource write that changes
+//!   anything outside `metadata` and `status`, never by a status write. Without the
+//!   subresource, `/status` is `404` and `.status` is an ordinary field.
+//! - **Finalizers**: a `DELETE` of an object with finalizers sets `deletionTimestamp` and
+//!   `deletionGracePeriodSeconds: 0` and bumps `generation` (watchers see `MODIFIED`; the
+//!   response is the object); a second `DELETE` changes nothing. An update or patch that
+//!   removes the last finalizer deletes it: the response is the object as sent, watchers see
+//!   `DELETED` with the last stored state (finalizers included, as etcd's previous value). New
+//!   finalizers on an object being deleted are `422 Invalid`. Without finalizers a delete is
+//!   immediate. `DeleteOptions.preconditions` (`uid`, `resourceVersion`) give `409 Conflict`.
+//!   There is no garbage collector: `propagationPolicy` and owner references have no effect,
+//!   and Pods are deleted at once (no kubelet, so no grace period).
+//! - **Direct methods** ([`create`](FakeApiServer::create), [`update`](FakeApiServer::update),
+//!   [`delete`](FakeApiServer::delete) and the `_value` forms) are how tests seed state and
+//!   follow the same rules, with two differences: they write `.status` as given (so a test can
+//!   seed a Pod that is `Running`), and an update is always written, even unchanged (so a test
+//!   can provoke a `MODIFIED` event).
+//!
 //! # Other behaviour worth knowing
 //!
-//! - Deletes are immediate (no finalizers, no `deletionTimestamp`); the response and the
-//!   `DELETED` event carry the last state with the deletion's RV.
-//! - `generation` starts at 1 and is bumped by updates that change anything besides
-//!   `metadata` and `status`.
-//! - Errors are `meta/v1 Status` JSON with `reason` and `code`; unknown paths and resources
-//!   get `404 NotFound`, bad selectors and continue tokens `400 BadRequest`. Odd requests
-//!   never panic the server.
+//! - A deleted object's response and `DELETED` event carry its last state with the deletion's
+//!   RV (kube-apiserver answers some kinds' deletes with a `Status` instead; kube's
+//!   `Api::delete` takes either).
+//! - Errors are `meta/v1 Status` JSON with `reason`, `code` and, for `Invalid`, `details.causes`
+//!   naming the field; unknown paths, resources and subresources get `404 NotFound`, bad
+//!   selectors and continue tokens `400 BadRequest`. Odd requests never panic the server.
 
 mod faults;
+mod patch;
 mod query;
 mod server;
 mod store;
@@ -108,7 +156,7 @@ pub use faults::{Faults, Verb};
 pub use query::QueryParams;
 
 use query::ApiError;
-use store::{ResourceInfo, Store};
+use store::{DeleteOptions, ResourceInfo, Store, WriteMode};
 
 /// Errors of the fake API server's own (non-HTTP) API.
 #[derive(Debug, thiserror::Error)]
@@ -202,8 +250,74 @@ impl std::fmt::Debug for FakeApiServer {
     }
 }
 
+/// Whether a registered resource has a `/status` subresource.
+///
+/// With one (`Enabled`), as for most built-in types with a `status` and for custom resources
+/// whose CRD declares `subresources.status`: `.../{name}/status` serves GET, PUT and PATCH,
+/// which change only `.status`; creates and main-resource updates and patches leave `.status`
+/// as stored; neither a status write nor a status change bumps `metadata.generation`.
+/// Without one (`Disabled`): `/status` is `404 NotFound`, and `.status` is written with the
+/// object like any other field (and bumps `generation` when it changes, as for a custom
+/// resource without the subresource).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusSubresource {
+    /// `/status` is served and owns `.status`.
+    Enabled,
+    /// No `/status`; `.status` is an ordinary field.
+    Disabled,
+}
+
+impl StatusSubresource {
+    /// The default for a static type: `Enabled` if its serde form has a top-level `status`
+    /// field (`Pod`, `Namespace`, `Deployment`, a `#[derive(CustomResource)]` type with
+    /// `#[kube(status = ...)]`), else `Disabled` (`ConfigMap`, `Secret`).
+    pub fn of<K: DeserializeOwned>() -> Self {
+        if struct_fields::<K>().contains(&"status") {
+            Self::Enabled
+        } else {
+            Self::Disabled
+        }
+    }
+}
+
+/// The field names `K`'s `Deserialize` passes to `deserialize_struct`, read without an instance
+/// (empty for types that are not deserialized as a struct, e.g. `DynamicObject`).
+fn struct_fields<K: DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{Error as _, Visitor, value::Error};
+
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+
+    impl<'de> serde::Deserializer<'de> for Probe<'_> {
+        type Error = Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
+            Err(Error::custom("not a struct"))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, Error> {
+            *self.0 = fields;
+            Err(Error::custom("fields recorded"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+
+    let mut fields: &'static [&'static str] = &[];
+    let _ = K::deserialize(Probe(&mut fields));
+    fields
+}
+
 /// The resource identity of a static type, and whether it is namespaced.
-fn info_of<K>() -> ResourceInfo
+fn info_of<K>(status: StatusSubresource) -> ResourceInfo
 where
     K: kube::Resource<DynamicType = ()>,
     K::Scope: 'static,
@@ -215,6 +329,7 @@ where
         kind: K::kind(&()).into_owned(),
         plural: K::plural(&()).into_owned(),
         namespaced: TypeId::of::<K::Scope>() != TypeId::of::<kube::core::ClusterResourceScope>(),
+        status_subresource: status == StatusSubresource::Enabled,
     }
 }
 
@@ -251,7 +366,8 @@ impl FakeApiServer {
         })
     }
 
-    /// Starts a server with the core `v1` pods, configmaps, secrets and namespaces registered.
+    /// Starts a server with the core `v1` pods, configmaps, secrets and namespaces registered
+    /// (pods and namespaces with a status subresource, as in Kubernetes).
     ///
     /// # Errors
     ///
@@ -311,24 +427,63 @@ impl FakeApiServer {
         }
     }
 
-    /// Registers a static resource type (idempotent).
+    /// Registers a static resource type (idempotent), with a status subresource if the type
+    /// has a `status` field ([`StatusSubresource::of`]).
     pub fn register<K>(&self)
+    where
+        K: kube::Resource<DynamicType = ()> + DeserializeOwned,
+        K::Scope: 'static,
+    {
+        self.shared
+            .store
+            .lock()
+            .register(info_of::<K>(StatusSubresource::of::<K>()), false);
+    }
+
+    /// Registers a static resource type with or without a status subresource, e.g. a custom
+    /// resource whose CRD has a `status` but no `subresources.status`. On a type already
+    /// registered it changes only that choice (objects are kept).
+    pub fn register_with_status<K>(&self, status: StatusSubresource)
     where
         K: kube::Resource<DynamicType = ()>,
         K::Scope: 'static,
     {
-        self.shared.store.lock().register(info_of::<K>());
+        self.shared
+            .store
+            .lock()
+            .register(info_of::<K>(status), true);
     }
 
-    /// Registers a dynamic resource (e.g. a CRD) (idempotent).
+    /// Registers a dynamic resource (e.g. a CRD) (idempotent), without a status subresource;
+    /// see [`register_api_resource_with_status`](Self::register_api_resource_with_status).
     pub fn register_api_resource(&self, resource: &ApiResource, namespaced: bool) {
-        self.shared.store.lock().register(ResourceInfo {
-            group: resource.group.clone(),
-            version: resource.version.clone(),
-            kind: resource.kind.clone(),
-            plural: resource.plural.clone(),
-            namespaced,
-        });
+        self.shared.store.lock().register(
+            api_resource_info(resource, namespaced, StatusSubresource::Disabled),
+            false,
+        );
+    }
+
+    /// Registers a dynamic resource with or without a status subresource (a CRD's
+    /// `subresources.status`). On a resource already registered it changes only that choice.
+    pub fn register_api_resource_with_status(
+        &self,
+        resource: &ApiResource,
+        namespaced: bool,
+        status: StatusSubresource,
+    ) {
+        self.shared
+            .store
+            .lock()
+            .register(api_resource_info(resource, namespaced, status), true);
+    }
+
+    fn resource_id_of<K>(&self) -> Result<usize, Error>
+    where
+        K: kube::Resource<DynamicType = ()>,
+        K::Scope: 'static,
+    {
+        // The status choice plays no part in finding a registration.
+        self.resource_id(&info_of::<K>(StatusSubresource::Disabled))
     }
 
     fn resource_id(&self, info: &ResourceInfo) -> Result<usize, Error> {
@@ -357,9 +512,10 @@ impl FakeApiServer {
             .ok_or_else(|| Error::NotRegistered(format!("{}/{}", ar.api_version, ar.plural)))
     }
 
-    /// Creates an object, as `POST` would; a namespaced object without a namespace goes to
-    /// `default`. Returns the stored object (with resourceVersion, uid, creationTimestamp,
-    /// generation).
+    /// Creates an object, as `POST` would, but with its `.status` as given (to seed state); a
+    /// namespaced object without a namespace goes to `default`, and a `resourceVersion` it
+    /// carries is ignored. Returns the stored object (with resourceVersion, uid,
+    /// creationTimestamp, generation).
     ///
     /// # Errors
     ///
@@ -369,37 +525,44 @@ impl FakeApiServer {
         K: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned,
         K::Scope: 'static,
     {
-        let res = self.resource_id(&info_of::<K>())?;
-        let v = self
-            .shared
-            .store
-            .lock()
-            .create(res, None, serde_json::to_value(obj)?)?;
+        let res = self.resource_id_of::<K>()?;
+        let v = self.shared.store.lock().create(
+            res,
+            None,
+            serde_json::to_value(obj)?,
+            WriteMode::DIRECT,
+        )?;
         Ok(serde_json::from_value(v)?)
     }
 
     /// Replaces an object, as `PUT` would: if `metadata.resourceVersion` is set it must be the
-    /// current one (else `Conflict`).
+    /// current one (else `Conflict`), and removing the last finalizer of an object being
+    /// deleted deletes it. Unlike `PUT` it writes `.status` as given and always writes, even an
+    /// unchanged object (a new resourceVersion and a `MODIFIED` event).
     ///
     /// # Errors
     ///
-    /// [`Error::NotRegistered`], [`Error::Api`] (`NotFound`, `Conflict`), [`Error::Json`].
+    /// [`Error::NotRegistered`], [`Error::Api`] (`NotFound`, `Conflict`, `Invalid`),
+    /// [`Error::Json`].
     pub fn update<K>(&self, obj: &K) -> Result<K, Error>
     where
         K: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned,
         K::Scope: 'static,
     {
-        let res = self.resource_id(&info_of::<K>())?;
-        let v = self
-            .shared
-            .store
-            .lock()
-            .update(res, None, None, serde_json::to_value(obj)?)?;
+        let res = self.resource_id_of::<K>()?;
+        let v = self.shared.store.lock().update(
+            res,
+            None,
+            None,
+            serde_json::to_value(obj)?,
+            WriteMode::DIRECT,
+        )?;
         Ok(serde_json::from_value(v)?)
     }
 
-    /// Deletes an object (`namespace` is ignored for cluster-scoped kinds) and returns its last
-    /// state, stamped with the deletion's resourceVersion.
+    /// Deletes an object, as `DELETE` would (`namespace` is ignored for cluster-scoped kinds):
+    /// an object with finalizers is only marked as being deleted and returned so; any other is
+    /// removed and its last state returned, stamped with the deletion's resourceVersion.
     ///
     /// # Errors
     ///
@@ -409,10 +572,13 @@ impl FakeApiServer {
         K: kube::Resource<DynamicType = ()> + DeserializeOwned,
         K::Scope: 'static,
     {
-        let info = info_of::<K>();
-        let res = self.resource_id(&info)?;
-        let ns = namespace.filter(|_| info.namespaced);
-        let v = self.shared.store.lock().delete(res, ns, name)?;
+        let res = self.resource_id_of::<K>()?;
+        let ns = namespace.filter(|_| self.shared.store.lock().info(res).namespaced);
+        let v = self
+            .shared
+            .store
+            .lock()
+            .delete(res, ns, name, &DeleteOptions::default())?;
         Ok(serde_json::from_value(v)?)
     }
 
@@ -426,9 +592,8 @@ impl FakeApiServer {
         K: kube::Resource<DynamicType = ()> + DeserializeOwned,
         K::Scope: 'static,
     {
-        let info = info_of::<K>();
-        let res = self.resource_id(&info)?;
-        let ns = namespace.filter(|_| info.namespaced);
+        let res = self.resource_id_of::<K>()?;
+        let ns = namespace.filter(|_| self.shared.store.lock().info(res).namespaced);
         match self.shared.store.lock().get(res, ns, name) {
             Ok(v) => Ok(Some(serde_json::from_value(v)?)),
             Err(_) => Ok(None),
@@ -445,7 +610,7 @@ impl FakeApiServer {
         K: kube::Resource<DynamicType = ()> + DeserializeOwned,
         K::Scope: 'static,
     {
-        let res = self.resource_id(&info_of::<K>())?;
+        let res = self.resource_id_of::<K>()?;
         let (_, items) = self.shared.store.lock().snapshot(res, None)?;
         items
             .into_iter()
@@ -460,7 +625,11 @@ impl FakeApiServer {
     /// As [`create`](Self::create).
     pub fn create_value(&self, obj: Value) -> Result<Value, Error> {
         let res = self.resource_of_value(&obj)?;
-        Ok(self.shared.store.lock().create(res, None, obj)?)
+        Ok(self
+            .shared
+            .store
+            .lock()
+            .create(res, None, obj, WriteMode::DIRECT)?)
     }
 
     /// Replaces an object given as JSON; its `apiVersion` and `kind` pick the resource.
@@ -470,7 +639,11 @@ impl FakeApiServer {
     /// As [`update`](Self::update).
     pub fn update_value(&self, obj: Value) -> Result<Value, Error> {
         let res = self.resource_of_value(&obj)?;
-        Ok(self.shared.store.lock().update(res, None, None, obj)?)
+        Ok(self
+            .shared
+            .store
+            .lock()
+            .update(res, None, None, obj, WriteMode::DIRECT)?)
     }
 
     /// Deletes an object of a dynamic resource.
@@ -487,7 +660,7 @@ impl FakeApiServer {
         let res = self.api_resource_id(resource)?;
         let mut store = self.shared.store.lock();
         let ns = namespace.filter(|_| store.info(res).namespaced);
-        Ok(store.delete(res, ns, name)?)
+        Ok(store.delete(res, ns, name, &DeleteOptions::default())?)
     }
 
     /// One object of a dynamic resource, if it exists.
@@ -587,6 +760,21 @@ impl FakeApiServer {
         if let Some(accept) = self.accept.take() {
             let _ = accept.await;
         }
+    }
+}
+
+fn api_resource_info(
+    resource: &ApiResource,
+    namespaced: bool,
+    status: StatusSubresource,
+) -> ResourceInfo {
+    ResourceInfo {
+        group: resource.group.clone(),
+        version: resource.version.clone(),
+        kind: resource.kind.clone(),
+        plural: resource.plural.clone(),
+        namespaced,
+        status_subresource: status == StatusSubresource::Enabled,
     }
 }
 

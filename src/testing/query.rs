@@ -111,8 +111,51 @@ pub(crate) struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    /// `details.causes`: `(type, message)` pairs.
-    pub causes: Vec<(&'static str, String)>,
+    /// `details.causes`.
+    pub causes: Vec<Cause>,
+}
+
+/// One `details.causes` entry of a `Status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Cause {
+    /// `reason`, e.g. `FieldValueInvalid` (Go's `CauseType`).
+    pub reason: &'static str,
+    pub message: String,
+    /// `field`, e.g. `metadata.finalizers`.
+    pub field: Option<String>,
+}
+
+/// One field error of an `Invalid` response, as apimachinery's `field.Error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FieldError {
+    pub field: &'static str,
+    pub kind: FieldErrorKind,
+}
+
+/// The field error types the fake server reports (`field.ErrorType`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FieldErrorKind {
+    /// `field.Invalid`: the value (as JSON) and why.
+    Invalid(Value, String),
+    /// `field.Forbidden`: why.
+    Forbidden(String),
+}
+
+impl FieldError {
+    /// `field.Error.ErrorBody`.
+    fn body(&self) -> String {
+        match &self.kind {
+            FieldErrorKind::Invalid(v, detail) => format!("Invalid value: {v}: {detail}"),
+            FieldErrorKind::Forbidden(detail) => format!("Forbidden: {detail}"),
+        }
+    }
+
+    fn cause_type(&self) -> &'static str {
+        match self.kind {
+            FieldErrorKind::Invalid(..) => "FieldValueInvalid",
+            FieldErrorKind::Forbidden(_) => "FieldValueForbidden",
+        }
+    }
 }
 
 impl ApiError {
@@ -163,11 +206,88 @@ impl ApiError {
             "Timeout",
             format!("Timeout: Too large resource version: {rv}, current: {current}"),
         );
-        e.causes.push((
-            "ResourceVersionTooLarge",
-            "Too large resource version".into(),
-        ));
+        e.causes.push(Cause {
+            reason: "ResourceVersionTooLarge",
+            message: "Too large resource version".into(),
+            field: None,
+        });
         e
+    }
+
+    /// `errors.NewConflict`: `resource` is the qualified resource (`configmaps`,
+    /// `deployments.apps`) or, for delete preconditions, the kind, as the apiserver words it.
+    pub fn conflict(resource: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
+        )
+    }
+
+    /// `errors.NewInvalid` for an object: `qualified_kind` is `ConfigMap` or `Deployment.apps`.
+    pub fn invalid(qualified_kind: &str, name: &str, errors: &[FieldError]) -> Self {
+        let listed: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.body()))
+            .collect();
+        // `utilerrors.Aggregate` prints one error bare and several as a bracketed list.
+        let joined = match listed.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{qualified_kind} \"{name}\" is invalid: {joined}"),
+        );
+        e.causes = errors
+            .iter()
+            .map(|fe| Cause {
+                reason: fe.cause_type(),
+                message: fe.body(),
+                field: Some(fe.field.to_string()),
+            })
+            .collect();
+        e
+    }
+
+    /// What `errors.NewGenericServerResponse` makes of a 422 (a JSON patch that does not apply).
+    pub fn unprocessable(server_message: impl Into<String>) -> Self {
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        );
+        e.causes.push(Cause {
+            reason: "UnexpectedServerResponse",
+            message: server_message.into(),
+            field: None,
+        });
+        e
+    }
+
+    /// `negotiation.NewUnsupportedMediaTypeError`, with why the fake refuses, if it is a
+    /// type the real server would take.
+    pub fn unsupported_media_type(accepted: &[&str], why: Option<&str>) -> Self {
+        let mut message = format!(
+            "the body of the request was in an unknown format - accepted media types include: {}",
+            accepted.join(", ")
+        );
+        if let Some(why) = why {
+            message.push_str(" (");
+            message.push_str(why);
+            message.push(')');
+        }
+        Self::new(415, "UnsupportedMediaType", message)
+    }
+
+    /// `errors.NewInternalError`.
+    pub fn internal(why: &str) -> Self {
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {why}"),
+        )
     }
 
     pub fn status_json(&self) -> Value {
@@ -176,7 +296,13 @@ impl ApiError {
             details["causes"] = self
                 .causes
                 .iter()
-                .map(|(t, m)| json!({"reason": t, "message": m}))
+                .map(|c| {
+                    let mut cause = json!({"reason": c.reason, "message": c.message});
+                    if let Some(f) = &c.field {
+                        cause["field"] = json!(f);
+                    }
+                    cause
+                })
                 .collect();
         }
         if self.code == 504 || self.code == 429 {
@@ -204,6 +330,7 @@ pub(crate) fn reason_for(code: u16) -> &'static str {
         404 => "NotFound",
         409 => "Conflict",
         410 => "Expired",
+        415 => "UnsupportedMediaType",
         422 => "Invalid",
         429 => "TooManyRequests",
         503 => "ServiceUnavailable",

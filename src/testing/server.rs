@@ -15,10 +15,13 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::faults::Verb;
+use super::patch::{self, PatchType};
 use super::query::{
-    ApiError, Filter, QueryParams, decode_continue, encode_continue, flag, reason_for,
+    ApiError, Filter, QueryParams, decode_continue, encode_continue, flag, reason_for, url_decode,
 };
-use super::store::{EventKind, ResourceInfo, StoredEvent, WatchMsg, WatchStart};
+use super::store::{
+    DeleteOptions, EventKind, Part, ResourceInfo, StoredEvent, WatchMsg, WatchStart, WriteMode,
+};
 use super::{RecordedRequest, Shared};
 
 type Body = BoxBody<Bytes, std::io::Error>;
@@ -64,6 +67,8 @@ struct Route {
     res: usize,
     namespace: Option<String>,
     name: Option<String>,
+    /// `Status` for `.../{name}/status`.
+    part: Part,
 }
 
 fn full(status: u16, body: &Value) -> Response<Body> {
@@ -106,10 +111,17 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         (&Method::GET, Ok(Some(_))) => Verb::List,
         (&Method::POST, Ok(Some(_))) => Verb::Create,
         (&Method::PUT, Ok(Some(_))) => Verb::Update,
+        (&Method::PATCH, Ok(Some(_))) => Verb::Patch,
         (&Method::DELETE, Ok(Some(_))) => Verb::Delete,
         _ => Verb::Other,
     };
 
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let raw_query = req.uri().query().map(str::to_string);
     let resp = if let Some(code) = shared.faults.take_failure(verb) {
         error_response(&ApiError::new(
             code,
@@ -117,9 +129,12 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             format!("injected fault: status {code}"),
         ))
     } else {
-        let body = if matches!(verb, Verb::Create | Verb::Update) {
+        let body = if matches!(
+            verb,
+            Verb::Create | Verb::Update | Verb::Patch | Verb::Delete
+        ) {
             match read_body(req).await {
-                Ok(b) => Some(b),
+                Ok(b) => b,
                 Err(e) => {
                     return Ok(record(
                         &shared,
@@ -132,9 +147,22 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 }
             }
         } else {
-            None
+            Bytes::new()
         };
-        match dispatch(&shared, &method, &path, route, &query, body, metadata_only) {
+        let request = WriteRequest {
+            body,
+            content_type,
+            options: WriteParams::parse(raw_query.as_deref()),
+        };
+        match dispatch(
+            &shared,
+            &method,
+            &path,
+            route,
+            &query,
+            request,
+            metadata_only,
+        ) {
             Ok(r) => r,
             Err(e) => error_response(&e),
         }
@@ -160,15 +188,80 @@ fn record(
     resp
 }
 
-async fn read_body(req: Request<Incoming>) -> Result<Value, ApiError> {
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
     let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY);
-    let bytes = limited
+    Ok(limited
         .collect()
         .await
         .map_err(|e| ApiError::bad_request(format!("reading the request body failed: {e}")))?
-        .to_bytes();
-    serde_json::from_slice(&bytes)
+        .to_bytes())
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+/// The body and options of a write.
+struct WriteRequest {
+    body: Bytes,
+    content_type: Option<String>,
+    options: WriteParams,
+}
+
+/// The query parameters of writes (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
+#[derive(Debug, Default)]
+struct WriteParams {
+    dry_run: Vec<String>,
+    force: Option<String>,
+}
+
+impl WriteParams {
+    fn parse(query: Option<&str>) -> Self {
+        let mut p = Self::default();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match url_decode(k).as_str() {
+                "dryRun" => p.dry_run.push(url_decode(v)),
+                "force" => p.force = Some(url_decode(v)),
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
+/// apimachinery `ValidateDryRun`: only `All` is a dry-run value.
+fn dry_run(values: &[String], options: &str) -> Result<bool, ApiError> {
+    match values {
+        [] => Ok(false),
+        [all] if all == "All" => Ok(true),
+        _ => Err(ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "{options}.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: {values:?}: supported values: \"All\""
+            ),
+        )),
+    }
+}
+
+/// The parts of a `DeleteOptions` body the fake server acts on (an empty body is none).
+fn delete_options(body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(DeleteOptions::default());
+    }
+    let v = parse_json(body)?;
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    let dry: Vec<String> = v["dryRun"]
+        .as_array()
+        .map(|a| a.iter().filter_map(text).collect())
+        .unwrap_or_default();
+    Ok(DeleteOptions {
+        uid: text(&v["preconditions"]["uid"]),
+        resource_version: text(&v["preconditions"]["resourceVersion"]),
+        dry_run: dry_run(&dry, "DeleteOptions")?,
+    })
 }
 
 /// Maps a path to a registered resource. `Ok(None)` is a non-resource path (`/version`).
@@ -187,11 +280,13 @@ fn resolve(shared: &Shared, path: &str) -> Result<Option<Route>, ApiError> {
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return Err(not_found()),
     };
-    let (namespace, plural, name) = match rest {
-        ["namespaces", ns, plural] => (Some(*ns), *plural, None),
-        ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name)),
-        [plural] => (None, *plural, None),
-        [plural, name] => (None, *plural, Some(*name)),
+    let (namespace, plural, name, sub) = match rest {
+        ["namespaces", ns, plural] => (Some(*ns), *plural, None, None),
+        ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), None),
+        ["namespaces", ns, plural, name, sub] => (Some(*ns), *plural, Some(*name), Some(*sub)),
+        [plural] => (None, *plural, None, None),
+        [plural, name] => (None, *plural, Some(*name), None),
+        [plural, name, sub] => (None, *plural, Some(*name), Some(*sub)),
         _ => return Err(not_found()),
     };
     let store = shared.store.lock();
@@ -205,10 +300,17 @@ fn resolve(shared: &Shared, path: &str) -> Result<Option<Route>, ApiError> {
     if namespace.is_some_and(str::is_empty) || name.is_some_and(str::is_empty) {
         return Err(not_found());
     }
+    let part = match sub {
+        None => Part::Main,
+        Some("status") if store.info(res).status_subresource => Part::Status,
+        // Any other subresource (scale, log, ...), or status where it is not served.
+        Some(_) => return Err(not_found()),
+    };
     Ok(Some(Route {
         res,
         namespace: namespace.map(str::to_string),
         name: name.map(str::to_string),
+        part,
     }))
 }
 
@@ -218,7 +320,7 @@ fn dispatch(
     path: &str,
     route: Result<Option<Route>, ApiError>,
     query: &QueryParams,
-    body: Option<Value>,
+    request: WriteRequest,
     metadata_only: bool,
 ) -> Result<Response<Body>, ApiError> {
     let Some(route) = route? else {
@@ -232,16 +334,14 @@ fn dispatch(
                 }),
             ));
         }
-        return Err(ApiError::new(
-            405,
-            "MethodNotAllowed",
-            "the server does not allow this method on the requested resource",
-        ));
+        return Err(method_not_allowed());
     };
     let ns = route.namespace.as_deref();
     let present = |v: Value| if metadata_only { partial(&v) } else { v };
     let info = shared.store.lock().info(route.res).clone();
+    let part = route.part;
     match (method, route.name.as_deref()) {
+        // GET of `/status` returns the whole object, as the apiserver's status REST does.
         (&Method::GET, Some(name)) => {
             let v = shared.store.lock().get(route.res, ns, name)?;
             Ok(full(200, &present(v)))
@@ -263,31 +363,58 @@ fn dispatch(
             metadata_only,
         ),
         (&Method::POST, None) => {
-            let v = shared
-                .store
-                .lock()
-                .create(route.res, ns, body.unwrap_or(Value::Null))?;
+            let mode = WriteMode::api(Part::Main, write_dry_run(&request, "CreateOptions")?);
+            let obj = parse_json(&request.body)?;
+            let v = shared.store.lock().create(route.res, ns, obj, mode)?;
             Ok(full(201, &present(v)))
         }
         (&Method::PUT, Some(name)) => {
-            let v = shared.store.lock().update(
-                route.res,
-                ns,
-                Some(name),
-                body.unwrap_or(Value::Null),
-            )?;
+            let mode = WriteMode::api(part, write_dry_run(&request, "UpdateOptions")?);
+            let obj = parse_json(&request.body)?;
+            let v = shared
+                .store
+                .lock()
+                .update(route.res, ns, Some(name), obj, mode)?;
             Ok(full(200, &present(v)))
         }
-        (&Method::DELETE, Some(name)) => {
-            let v = shared.store.lock().delete(route.res, ns, name)?;
+        (&Method::PATCH, Some(name)) => {
+            // As `PatchResource`: the content type first, then the options, then the body.
+            let kind = PatchType::from_content_type(request.content_type.as_deref())?;
+            if request.options.force.is_some() {
+                return Err(ApiError::new(
+                    422,
+                    "Invalid",
+                    "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch",
+                ));
+            }
+            let mode = WriteMode::api(part, write_dry_run(&request, "PatchOptions")?);
+            let mut store = shared.store.lock();
+            let current = store.get(route.res, ns, name)?;
+            let patched = patch::apply(kind, &current, &request.body)?;
+            // The patched object is then an update: a resourceVersion the patch sets is a
+            // precondition (409 if stale), and the status and finalizer rules apply.
+            let v = store.update(route.res, ns, Some(name), patched, mode)?;
             Ok(full(200, &present(v)))
         }
-        _ => Err(ApiError::new(
-            405,
-            "MethodNotAllowed",
-            "the server does not allow this method on the requested resource",
-        )),
+        (&Method::DELETE, Some(name)) if part == Part::Main => {
+            let opts = delete_options(&request.body)?;
+            let v = shared.store.lock().delete(route.res, ns, name, &opts)?;
+            Ok(full(200, &present(v)))
+        }
+        _ => Err(method_not_allowed()),
     }
+}
+
+fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        405,
+        "MethodNotAllowed",
+        "the server does not allow this method on the requested resource",
+    )
+}
+
+fn write_dry_run(request: &WriteRequest, options: &str) -> Result<bool, ApiError> {
+    dry_run(&request.options.dry_run, options)
 }
 
 /// The metadata-only form the apiserver returns for `as=PartialObjectMetadata`.

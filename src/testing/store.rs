@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::query::ApiError;
+use super::query::{ApiError, FieldError, FieldErrorKind};
 
 /// What the server knows about one registered resource.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub(crate) struct ResourceInfo {
     pub kind: String,
     pub plural: String,
     pub namespaced: bool,
+    /// Whether `.../{name}/status` is served, and main-resource writes leave `.status` alone.
+    pub status_subresource: bool,
 }
 
 impl ResourceInfo {
@@ -33,6 +35,79 @@ impl ResourceInfo {
             format!("{}/{}", self.group, self.version)
         }
     }
+
+    /// The qualified resource of messages: `configmaps`, `deployments.apps`.
+    pub fn qualified_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// The qualified kind of `Invalid` messages: `ConfigMap`, `Deployment.apps`.
+    pub fn qualified_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+}
+
+/// Which part of an object a write targets: the resource itself or its `/status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    Main,
+    Status,
+}
+
+/// Who writes, which decides the rules that apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Writer {
+    /// A client, over HTTP: the apiserver's strategies apply (a main-resource write leaves
+    /// `.status` alone when the resource has a status subresource; an update that changes
+    /// nothing is not written; a resourceVersion on create is refused).
+    Api,
+    /// The test, through the direct methods of `FakeApiServer`: `.status` is written as given
+    /// and every update is written, so tests can seed any state and provoke events.
+    Direct,
+}
+
+/// How one write is made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteMode {
+    pub writer: Writer,
+    pub part: Part,
+    /// `dryRun=All`: validated and answered as if written, nothing stored or sent to watchers.
+    pub dry_run: bool,
+}
+
+impl WriteMode {
+    /// The direct methods' writes.
+    pub const DIRECT: Self = Self {
+        writer: Writer::Direct,
+        part: Part::Main,
+        dry_run: false,
+    };
+
+    pub fn api(part: Part, dry_run: bool) -> Self {
+        Self {
+            writer: Writer::Api,
+            part,
+            dry_run,
+        }
+    }
+}
+
+/// The `DeleteOptions` the fake server honours.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeleteOptions {
+    /// `preconditions.uid`.
+    pub uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub resource_version: Option<String>,
+    pub dry_run: bool,
 }
 
 /// The type of a stored change.
@@ -162,9 +237,13 @@ impl Store {
         self.floor
     }
 
-    /// Registers a resource (idempotent on group/version/plural) and returns its id.
-    pub fn register(&mut self, info: ResourceInfo) -> usize {
+    /// Registers a resource (idempotent on group/version/plural) and returns its id; with
+    /// `set_status`, an existing registration takes the new status subresource choice.
+    pub fn register(&mut self, info: ResourceInfo, set_status: bool) -> usize {
         if let Some(i) = self.lookup(&info.group, &info.version, &info.plural) {
+            if set_status {
+                self.resources[i].info.status_subresource = info.status_subresource;
+            }
             return i;
         }
         self.resources.push(Resource {
@@ -251,9 +330,17 @@ impl Store {
         res: usize,
         path_ns: Option<&str>,
         mut obj: Value,
+        mode: WriteMode,
     ) -> Result<Value, ApiError> {
         self.prepare(res, &mut obj)?;
         let ns = self.resolve_namespace(res, path_ns, &mut obj)?;
+        if mode.writer == Writer::Api && !rv_of(&obj).is_empty() {
+            // etcd3 store `Create`: `storage.ErrResourceVersionSetOnCreate`, which reaches the
+            // client as an internal error.
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
         let name = match obj["metadata"]["name"].as_str().filter(|n| !n.is_empty()) {
             Some(n) => n.to_string(),
             None => match obj["metadata"]["generateName"].as_str() {
@@ -274,28 +361,52 @@ impl Store {
             return Err(ApiError::new(
                 409,
                 "AlreadyExists",
-                format!("{} \"{name}\" already exists", info.plural),
+                format!("{} \"{name}\" already exists", info.qualified_resource()),
             ));
+        }
+        if mode.writer == Writer::Api
+            && self.info(res).status_subresource
+            && let Some(o) = obj.as_object_mut()
+        {
+            // The strategies' `PrepareForCreate` of resources with a status subresource
+            // clear the status: only the status endpoint writes it.
+            o.remove("status");
         }
         let rv = self.rv + 1;
         let meta = &mut obj["metadata"];
+        if let Some(m) = meta.as_object_mut() {
+            // `rest.BeforeCreate`: a new object is never being deleted.
+            m.remove("deletionTimestamp");
+            m.remove("deletionGracePeriodSeconds");
+        }
         meta["name"] = json!(name);
         meta["resourceVersion"] = json!(rv.to_string());
         meta["uid"] = json!(random_uid());
         meta["creationTimestamp"] = json!(now_rfc3339());
         meta["generation"] = json!(1);
+        if mode.dry_run {
+            // A dry-run create never reaches storage, so it has no resourceVersion.
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("resourceVersion");
+            }
+            return Ok(obj);
+        }
         let obj = Arc::new(obj);
         self.resources[res].objects.insert(key, obj.clone());
         self.publish(res, EventKind::Added, obj.clone(), None);
         Ok((*obj).clone())
     }
 
+    /// An update (`PUT`, and the last step of a patch) of the main resource or its status,
+    /// with the generic registry's rules (`registry/generic/registry/store.go` `Update`,
+    /// `rest.BeforeUpdate`, `ValidateObjectMetaAccessorUpdate`).
     pub fn update(
         &mut self,
         res: usize,
         path_ns: Option<&str>,
         path_name: Option<&str>,
         mut obj: Value,
+        mode: WriteMode,
     ) -> Result<Value, ApiError> {
         self.prepare(res, &mut obj)?;
         let ns = self.resolve_namespace(res, path_ns, &mut obj)?;
@@ -314,45 +425,143 @@ impl Store {
         };
         let sent_rv = rv_of(&obj);
         if !sent_rv.is_empty() && sent_rv != rv_of(&old) {
-            // Optimistic concurrency (apiserver `storage.NewResourceVersionConflictsError`).
-            return Err(ApiError::new(
-                409,
-                "Conflict",
-                format!(
-                    "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                    self.info(res).plural
-                ),
+            // Optimistic concurrency; an update without a resourceVersion is unconditional
+            // (`AllowUnconditionalUpdate`).
+            return Err(ApiError::conflict(
+                &self.info(res).qualified_resource(),
+                &name,
+                "the object has been modified; please apply your changes to the latest version and try again",
             ));
         }
-        let rv = self.rv + 1;
+        let info = self.info(res).clone();
+        let mut new = match mode.part {
+            // The status strategies (e.g. apiextensions' `statusStrategy.PrepareForUpdate`):
+            // everything but `.status` stays as stored.
+            Part::Status => {
+                let mut new = (*old).clone();
+                set_or_remove(&mut new, "status", obj.get("status").cloned());
+                new
+            }
+            Part::Main => {
+                if mode.writer == Writer::Api && info.status_subresource {
+                    // The main strategies' `PrepareForUpdate`: `.status` is the status
+                    // endpoint's to write.
+                    set_or_remove(&mut obj, "status", old.get("status").cloned());
+                }
+                obj
+            }
+        };
+        carry_system_metadata(&info, &name, &mut new, &old)?;
         // Like the apiserver's strategies, generation moves only when the desired state
-        // (anything but metadata and status) changes.
-        let content_changed = strip_meta_status(&obj) != strip_meta_status(&old);
+        // changes: anything but metadata, and but status where the status endpoint owns it.
+        let spec_changed = desired_state(&new, info.status_subresource)
+            != desired_state(&old, info.status_subresource);
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
-        let meta = &mut obj["metadata"];
-        meta["resourceVersion"] = json!(rv.to_string());
-        meta["uid"] = old["metadata"]["uid"].clone();
-        meta["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
-        meta["generation"] = json!(generation + i64::from(content_changed));
-        let obj = Arc::new(obj);
-        self.resources[res].objects.insert(key, obj.clone());
-        self.publish(res, EventKind::Modified, obj.clone(), Some(old));
-        Ok((*obj).clone())
+        new["metadata"]["generation"] = json!(generation + i64::from(spec_changed));
+        new["metadata"]["resourceVersion"] = json!(rv_of(&old));
+
+        if is_being_deleted(&old) && finalizers(&new).is_empty() {
+            // `ShouldDeleteDuringUpdate`: the last finalizer of an object being deleted is
+            // gone, so the update becomes the deletion. The client gets the object it sent
+            // (as updated, never stored); watchers get DELETED with the last stored state.
+            if !mode.dry_run {
+                self.remove(res, &key);
+            }
+            return Ok(new);
+        }
+        if mode.writer == Writer::Api && new == *old {
+            // etcd3 `GuaranteedUpdate` skips a write whose bytes equal the stored ones: no new
+            // resourceVersion, no event.
+            return Ok(new);
+        }
+        if mode.dry_run {
+            return Ok(new);
+        }
+        let rv = self.rv + 1;
+        new["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let new = Arc::new(new);
+        self.resources[res].objects.insert(key, new.clone());
+        self.publish(res, EventKind::Modified, new.clone(), Some(old));
+        Ok((*new).clone())
     }
 
+    /// A delete, with the generic registry's finalizer rules (`store.go` `Delete`,
+    /// `updateForGracefulDeletionAndFinalizers`, `markAsDeleting`): an object with finalizers
+    /// is only marked (`deletionTimestamp`, `deletionGracePeriodSeconds: 0`, generation + 1)
+    /// and stays until an update removes its last finalizer; one already marked is returned
+    /// unchanged. Returns the marked object, or the last state stamped with the deletion's RV.
     pub fn delete(
         &mut self,
         res: usize,
         namespace: Option<&str>,
         name: &str,
+        opts: &DeleteOptions,
     ) -> Result<Value, ApiError> {
         let key = key_for(namespace, name);
-        let Some(old) = self.resources[res].objects.remove(&key) else {
+        let Some(old) = self.resources[res].objects.get(&key).cloned() else {
             return Err(self.not_found(res, name));
+        };
+        // `rest.BeforeDelete` words these with the kind, not the resource.
+        let kind = self.info(res).kind.clone();
+        if let Some(uid) = &opts.uid
+            && old["metadata"]["uid"].as_str() != Some(uid.as_str())
+        {
+            return Err(ApiError::conflict(
+                &kind,
+                name,
+                &format!(
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                    old["metadata"]["uid"].as_str().unwrap_or("")
+                ),
+            ));
+        }
+        if let Some(rv) = &opts.resource_version
+            && rv_of(&old) != rv
+        {
+            return Err(ApiError::conflict(
+                &kind,
+                name,
+                &format!(
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                    rv_of(&old)
+                ),
+            ));
+        }
+        if !finalizers(&old).is_empty() {
+            if is_being_deleted(&old) {
+                // Marking again changes nothing, so nothing is written.
+                return Ok((*old).clone());
+            }
+            let mut marked = (*old).clone();
+            let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+            let meta = &mut marked["metadata"];
+            meta["deletionTimestamp"] = json!(now_rfc3339());
+            meta["deletionGracePeriodSeconds"] = json!(0);
+            meta["generation"] = json!(generation + 1);
+            if opts.dry_run {
+                return Ok(marked);
+            }
+            let rv = self.rv + 1;
+            marked["metadata"]["resourceVersion"] = json!(rv.to_string());
+            let marked = Arc::new(marked);
+            self.resources[res].objects.insert(key, marked.clone());
+            self.publish(res, EventKind::Modified, marked.clone(), Some(old));
+            return Ok((*marked).clone());
+        }
+        if opts.dry_run {
+            return Ok((*old).clone());
+        }
+        Ok(self.remove(res, &key))
+    }
+
+    /// Removes a stored object and publishes its deletion; returns the DELETED event's object.
+    fn remove(&mut self, res: usize, key: &str) -> Value {
+        let Some(old) = self.resources[res].objects.remove(key) else {
+            return Value::Null;
         };
         let gone = Arc::new(with_rv(&old, self.rv + 1));
         self.publish(res, EventKind::Deleted, gone.clone(), Some(old));
-        Ok((*gone).clone())
+        (*gone).clone()
     }
 
     pub fn get(&self, res: usize, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
@@ -526,13 +735,121 @@ impl Store {
     }
 }
 
-fn strip_meta_status(obj: &Value) -> Value {
+/// The part of an object whose changes bump `metadata.generation`: all but `metadata`, and
+/// but `status` where the status subresource owns it (apiextensions `PrepareForUpdate`
+/// compares everything but metadata; built-in strategies compare their spec).
+fn desired_state(obj: &Value, status_subresource: bool) -> Value {
     let mut o = obj.clone();
     if let Some(m) = o.as_object_mut() {
         m.remove("metadata");
-        m.remove("status");
+        if status_subresource {
+            m.remove("status");
+        }
     }
     o
+}
+
+fn set_or_remove(obj: &mut Value, field: &str, value: Option<Value>) {
+    if let Some(o) = obj.as_object_mut() {
+        match value {
+            Some(v) => {
+                o.insert(field.to_string(), v);
+            }
+            None => {
+                o.remove(field);
+            }
+        }
+    }
+}
+
+fn finalizers(obj: &Value) -> Vec<&str> {
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+fn is_being_deleted(obj: &Value) -> bool {
+    !obj["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// `rest.BeforeUpdate` and `ValidateObjectMetaAccessorUpdate`: what an update may not change
+/// in metadata is carried over from the stored object or refused as `Invalid`.
+fn carry_system_metadata(
+    info: &ResourceInfo,
+    name: &str,
+    new: &mut Value,
+    old: &Value,
+) -> Result<(), ApiError> {
+    let mut errors = Vec::new();
+    let (om, nm) = (&old["metadata"], &mut new["metadata"]);
+    if nm["uid"].as_str().is_none_or(str::is_empty) {
+        nm["uid"] = om["uid"].clone();
+    } else if nm["uid"] != om["uid"] {
+        errors.push(immutable("metadata.uid", &nm["uid"]));
+    }
+    nm["creationTimestamp"] = om["creationTimestamp"].clone();
+    if !om["deletionTimestamp"].is_null() {
+        // An update can never remove or change a deletion timestamp.
+        nm["deletionTimestamp"] = om["deletionTimestamp"].clone();
+    } else if !nm["deletionTimestamp"].is_null() {
+        errors.push(immutable(
+            "metadata.deletionTimestamp",
+            &nm["deletionTimestamp"],
+        ));
+    }
+    if !om["deletionGracePeriodSeconds"].is_null() && nm["deletionGracePeriodSeconds"].is_null() {
+        nm["deletionGracePeriodSeconds"] = om["deletionGracePeriodSeconds"].clone();
+    } else if nm["deletionGracePeriodSeconds"] != om["deletionGracePeriodSeconds"] {
+        errors.push(immutable(
+            "metadata.deletionGracePeriodSeconds",
+            &nm["deletionGracePeriodSeconds"],
+        ));
+    }
+    if let Some(m) = nm.as_object_mut() {
+        // Absent stays absent rather than becoming `null`.
+        m.retain(|k, v| {
+            !(v.is_null()
+                && matches!(
+                    k.as_str(),
+                    "uid"
+                        | "creationTimestamp"
+                        | "deletionTimestamp"
+                        | "deletionGracePeriodSeconds"
+                ))
+        });
+    }
+    if is_being_deleted(old) {
+        let before = finalizers(old);
+        let mut added: Vec<&str> = finalizers(new)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .collect();
+        added.sort_unstable();
+        added.dedup();
+        if !added.is_empty() {
+            let listed: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+            errors.push(FieldError {
+                field: "metadata.finalizers",
+                kind: FieldErrorKind::Forbidden(format!(
+                    "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    listed.join(", ")
+                )),
+            });
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(&info.qualified_kind(), name, &errors))
+    }
+}
+
+fn immutable(field: &'static str, value: &Value) -> FieldError {
+    FieldError {
+        field,
+        kind: FieldErrorKind::Invalid(value.clone(), "field is immutable".into()),
+    }
 }
 
 fn validate_name(name: &str) -> Result<(), ApiError> {
@@ -599,15 +916,21 @@ pub(crate) fn now_rfc3339() -> String {
 mod tests {
     use super::*;
 
+    const D: WriteMode = WriteMode::DIRECT;
+
     fn cm_store() -> (Store, usize) {
         let mut s = Store::new();
-        let r = s.register(ResourceInfo {
-            group: String::new(),
-            version: "v1".into(),
-            kind: "ConfigMap".into(),
-            plural: "configmaps".into(),
-            namespaced: true,
-        });
+        let r = s.register(
+            ResourceInfo {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+                plural: "configmaps".into(),
+                namespaced: true,
+                status_subresource: false,
+            },
+            false,
+        );
         (s, r)
     }
 
@@ -618,17 +941,19 @@ mod tests {
     #[test]
     fn writes_get_increasing_global_resource_versions() {
         let (mut s, r) = cm_store();
-        let a = s.create(r, None, cm("a", "1")).unwrap();
-        let b = s.create(r, None, cm("b", "1")).unwrap();
+        let a = s.create(r, None, cm("a", "1"), D).unwrap();
+        let b = s.create(r, None, cm("b", "1"), D).unwrap();
         assert_eq!(rv_of(&a), "1");
         assert_eq!(rv_of(&b), "2");
         assert_eq!(a["metadata"]["generation"], 1);
         assert!(a["metadata"]["uid"].as_str().unwrap().len() == 36);
-        let a2 = s.update(r, None, None, cm("a", "2")).unwrap();
+        let a2 = s.update(r, None, None, cm("a", "2"), D).unwrap();
         assert_eq!(rv_of(&a2), "3");
         assert_eq!(a2["metadata"]["generation"], 2);
         assert_eq!(a2["metadata"]["uid"], a["metadata"]["uid"]);
-        let gone = s.delete(r, Some("ns"), "b").unwrap();
+        let gone = s
+            .delete(r, Some("ns"), "b", &DeleteOptions::default())
+            .unwrap();
         assert_eq!(rv_of(&gone), "4");
         assert_eq!(s.current_rv(), 4);
     }
@@ -636,19 +961,23 @@ mod tests {
     #[test]
     fn update_with_stale_resource_version_conflicts() {
         let (mut s, r) = cm_store();
-        let a = s.create(r, None, cm("a", "1")).unwrap();
-        s.update(r, None, None, a.clone()).unwrap();
-        assert_eq!(s.update(r, None, None, a).unwrap_err().reason, "Conflict");
+        let a = s.create(r, None, cm("a", "1"), D).unwrap();
+        s.update(r, None, None, a.clone(), D).unwrap();
+        assert_eq!(
+            s.update(r, None, None, a, D).unwrap_err().reason,
+            "Conflict"
+        );
     }
 
     #[test]
     fn snapshot_rebuilds_state_at_an_older_resource_version() {
         let (mut s, r) = cm_store();
-        s.create(r, None, cm("a", "1")).unwrap(); // 1
-        s.create(r, None, cm("b", "1")).unwrap(); // 2
-        s.update(r, None, None, cm("a", "2")).unwrap(); // 3
-        s.delete(r, Some("ns"), "b").unwrap(); // 4
-        s.create(r, None, cm("c", "1")).unwrap(); // 5
+        s.create(r, None, cm("a", "1"), D).unwrap(); // 1
+        s.create(r, None, cm("b", "1"), D).unwrap(); // 2
+        s.update(r, None, None, cm("a", "2"), D).unwrap(); // 3
+        s.delete(r, Some("ns"), "b", &DeleteOptions::default())
+            .unwrap(); // 4
+        s.create(r, None, cm("c", "1"), D).unwrap(); // 5
         let (_, at2) = s.snapshot(r, Some(2)).unwrap();
         let names: Vec<_> = at2.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, ["ns/a", "ns/b"]);
@@ -663,7 +992,7 @@ mod tests {
     fn compaction_expires_older_resource_versions() {
         let (mut s, r) = cm_store();
         for i in 0..5 {
-            s.create(r, None, cm(&format!("o{i}"), "x")).unwrap();
+            s.create(r, None, cm(&format!("o{i}"), "x"), D).unwrap();
         }
         s.compact(3);
         assert_eq!(s.snapshot(r, Some(2)).unwrap_err().code, 410);
@@ -677,7 +1006,7 @@ mod tests {
         let (mut s, r) = cm_store();
         s.set_history_limit(Some(2));
         for i in 0..5 {
-            s.create(r, None, cm(&format!("o{i}"), "x")).unwrap();
+            s.create(r, None, cm(&format!("o{i}"), "x"), D).unwrap();
         }
         assert_eq!(s.oldest_rv(), 3);
         assert!(s.watch(r, WatchStart::After(2)).is_err());
@@ -689,7 +1018,7 @@ mod tests {
         s.watcher_capacity = 2;
         let reg = s.watch(r, WatchStart::Now).unwrap();
         for i in 0..5 {
-            s.create(r, None, cm(&format!("o{i}"), "x")).unwrap();
+            s.create(r, None, cm(&format!("o{i}"), "x"), D).unwrap();
         }
         assert!(reg.kicked.load(Ordering::SeqCst));
         assert_eq!(s.watcher_count(), 0);

@@ -1,0 +1,230 @@
+//! `PATCH`: which patch types the fake API server takes, and applying them.
+//!
+//! JSON patch (RFC 6902) and JSON merge patch (RFC 7386) are applied with the `json-patch`
+//! crate, as kube-apiserver applies them with `evanphx/json-patch` (`handlers/patch.go`).
+//! Strategic merge patch and server-side apply are refused with `415 Unsupported Media Type`:
+//! both depend on per-field merge rules (Go struct tags, OpenAPI list types) and, for apply,
+//! field ownership, which the fake server does not model; an approximation would give results
+//! the real server would not.
+
+use serde_json::Value;
+
+use super::query::ApiError;
+
+/// The patch types kube-apiserver serves, as named by the request's `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PatchType {
+    /// `application/json-patch+json`.
+    Json,
+    /// `application/merge-patch+json`.
+    Merge,
+}
+
+const JSON_PATCH: &str = "application/json-patch+json";
+const MERGE_PATCH: &str = "application/merge-patch+json";
+const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
+const APPLY_PATCH_YAML: &str = "application/apply-patch+yaml";
+const APPLY_PATCH_CBOR: &str = "application/apply-patch+cbor";
+
+/// What the fake server accepts, in the order the 415 message lists them.
+const ACCEPTED: &[&str] = &[JSON_PATCH, MERGE_PATCH];
+
+/// The maximum number of operations in one JSON patch (`maxJSONPatchOperations`).
+const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+impl PatchType {
+    /// The patch type of a `Content-Type` header (parameters such as `charset` ignored, as the
+    /// apiserver does), or the `415` the request gets.
+    pub fn from_content_type(content_type: Option<&str>) -> Result<Self, ApiError> {
+        let media = content_type
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim();
+        match media {
+            JSON_PATCH => Ok(Self::Json),
+            MERGE_PATCH => Ok(Self::Merge),
+            STRATEGIC_MERGE_PATCH => Err(ApiError::unsupported_media_type(
+                ACCEPTED,
+                Some(
+                    "the fake API server does not implement strategic merge patch: send a JSON merge patch or a JSON patch",
+                ),
+            )),
+            APPLY_PATCH_YAML | APPLY_PATCH_CBOR => Err(ApiError::unsupported_media_type(
+                ACCEPTED,
+                Some(
+                    "the fake API server does not implement server-side apply: send a JSON merge patch or a JSON patch",
+                ),
+            )),
+            _ => Err(ApiError::unsupported_media_type(ACCEPTED, None)),
+        }
+    }
+}
+
+/// Applies a patch body to the current object and returns the patched object, which the
+/// caller then stores as an update (so the resourceVersion, status and finalizer rules of an
+/// update apply to it).
+///
+/// # Errors
+///
+/// `400 BadRequest` for a body that is not a patch of its type, `413` for a JSON patch of more
+/// than 10,000 operations, `422 Invalid` for a JSON patch that does not apply (a failed `test`,
+/// a missing path), as `jsonPatcher.applyJSPatch` answers.
+pub(crate) fn apply(kind: PatchType, current: &Value, body: &[u8]) -> Result<Value, ApiError> {
+    // `validateAndTranscodePatch`: a patch must be JSON whatever its type.
+    let body: Value =
+        serde_json::from_slice(body).map_err(|_| ApiError::bad_request("invalid JSON patch"))?;
+    let patched = match kind {
+        PatchType::Json => {
+            let ops: json_patch::Patch = serde_json::from_value(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            if ops.0.len() > MAX_JSON_PATCH_OPERATIONS {
+                return Err(ApiError::new(
+                    413,
+                    "RequestEntityTooLarge",
+                    format!(
+                        "Request entity too large: The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+                        ops.0.len()
+                    ),
+                ));
+            }
+            let mut doc = current.clone();
+            // `patch_unsafe` on a copy: a failed patch leaves the copy half-done, and the copy
+            // is dropped; the undo of `patch` is not needed.
+            json_patch::patch_unsafe(&mut doc, &ops)
+                .map_err(|e| ApiError::unprocessable(e.to_string()))?;
+            doc
+        }
+        PatchType::Merge => {
+            if !body.is_object() {
+                // evanphx `MergePatch` turns a non-object patch into the whole document, which
+                // then fails to decode as the object; the apiserver answers 400 or 422. A
+                // merge patch of a Kubernetes object is always an object.
+                return Err(ApiError::bad_request(
+                    "invalid JSON merge patch: the patch of an object must be a JSON object",
+                ));
+            }
+            let mut doc = current.clone();
+            json_patch::merge(&mut doc, &body);
+            doc
+        }
+    };
+    if !patched.is_object() {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            "patch: Invalid value: the patched object is not a JSON object",
+        ));
+    }
+    Ok(patched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm() -> Value {
+        json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "data": {"k": "v", "l": [1, 2]}})
+    }
+
+    #[test]
+    fn content_types_map_to_patch_types_or_415() {
+        assert_eq!(
+            PatchType::from_content_type(Some("application/merge-patch+json; charset=utf-8")),
+            Ok(PatchType::Merge)
+        );
+        assert_eq!(
+            PatchType::from_content_type(Some(JSON_PATCH)),
+            Ok(PatchType::Json)
+        );
+        for refused in [
+            Some(STRATEGIC_MERGE_PATCH),
+            Some(APPLY_PATCH_YAML),
+            Some("text/plain"),
+            None,
+        ] {
+            let e = PatchType::from_content_type(refused).unwrap_err();
+            assert_eq!(
+                (e.code, e.reason),
+                (415, "UnsupportedMediaType"),
+                "{refused:?}"
+            );
+            assert!(e.message.contains(MERGE_PATCH), "{}", e.message);
+        }
+        let smp = PatchType::from_content_type(Some(STRATEGIC_MERGE_PATCH)).unwrap_err();
+        assert!(
+            smp.message.contains("strategic merge patch"),
+            "{}",
+            smp.message
+        );
+        let ssa = PatchType::from_content_type(Some(APPLY_PATCH_YAML)).unwrap_err();
+        assert!(ssa.message.contains("server-side apply"), "{}", ssa.message);
+    }
+
+    #[test]
+    fn merge_patch_follows_rfc_7386() {
+        let body = br#"{"metadata": {"labels": {"x": null, "y": "2"}}, "data": {"l": [3]}}"#;
+        let out = apply(PatchType::Merge, &cm(), body).unwrap();
+        assert_eq!(out["metadata"]["labels"], json!({"y": "2"}));
+        // Lists are replaced whole, maps merged key by key.
+        assert_eq!(out["data"], json!({"k": "v", "l": [3]}));
+        assert_eq!(
+            apply(PatchType::Merge, &cm(), b"[1]").unwrap_err().code,
+            400
+        );
+        assert_eq!(apply(PatchType::Merge, &cm(), b"{").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn json_patch_does_every_operation() {
+        let body = json!([
+            {"op": "add", "path": "/data/n", "value": "new"},
+            {"op": "remove", "path": "/data/k"},
+            {"op": "replace", "path": "/metadata/labels/x", "value": "9"},
+            {"op": "move", "from": "/data/n", "path": "/data/m"},
+            {"op": "copy", "from": "/data/m", "path": "/data/c"},
+            {"op": "add", "path": "/data/l/-", "value": 3},
+            {"op": "test", "path": "/data/l", "value": [1, 2, 3]},
+        ]);
+        let out = apply(PatchType::Json, &cm(), body.to_string().as_bytes()).unwrap();
+        assert_eq!(out["data"], json!({"m": "new", "c": "new", "l": [1, 2, 3]}));
+        assert_eq!(out["metadata"]["labels"]["x"], "9");
+    }
+
+    #[test]
+    fn json_patch_failures_are_422_and_bad_bodies_400() {
+        let failed_test = json!([{"op": "test", "path": "/data/k", "value": "other"}]);
+        let e = apply(PatchType::Json, &cm(), failed_test.to_string().as_bytes()).unwrap_err();
+        assert_eq!((e.code, e.reason), (422, "Invalid"));
+        let missing = json!([{"op": "replace", "path": "/spec/x", "value": 1}]);
+        assert_eq!(
+            apply(PatchType::Json, &cm(), missing.to_string().as_bytes())
+                .unwrap_err()
+                .code,
+            422
+        );
+        let not_ops = json!({"op": "add"});
+        assert_eq!(
+            apply(PatchType::Json, &cm(), not_ops.to_string().as_bytes())
+                .unwrap_err()
+                .code,
+            400
+        );
+        let unknown_op = json!([{"op": "frobnicate", "path": "/a"}]);
+        assert_eq!(
+            apply(PatchType::Json, &cm(), unknown_op.to_string().as_bytes())
+                .unwrap_err()
+                .code,
+            400
+        );
+        let whole = json!([{"op": "replace", "path": "", "value": 1}]);
+        assert_eq!(
+            apply(PatchType::Json, &cm(), whole.to_string().as_bytes())
+                .unwrap_err()
+                .code,
+            422
+        );
+    }
+}
