@@ -83,7 +83,7 @@ impl PeekObject {
 /// itself is not a `source()`, since error-chain reporters print sources;
 /// [`DecodeError::unredacted`] gives it to code that knows where it goes.
 ///
-/// A list body is decoded one value at a time ([`ListDecoder`]), so for a list the message also
+/// A list body is decoded one value at a time ([`ListDecoder`](super::ListDecoder)), so for a list the message also
 /// names the body offset of the failing value ([`DecodeError::body_offset`]), and serde's line
 /// and column count from there. Errors in the list's own shape (a missing `,`, trailing bytes)
 /// are fixed messages, which serde classifies as data errors.

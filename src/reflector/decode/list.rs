@@ -143,7 +143,7 @@ fn structure_error(message: &'static str, offset: u64) -> DecodeError {
 /// well-formed JSON but do not decode as `K` are skipped and reported in
 /// [`ListPage::undecodable`].
 ///
-/// Useful to a custom [`ListerWatcher`](super::ListerWatcher) that receives list bodies in
+/// Useful to a custom [`ListerWatcher`](crate::reflector::ListerWatcher) that receives list bodies in
 /// chunks:
 ///
 /// ```
