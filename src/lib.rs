@@ -24,6 +24,8 @@
 //! - [`lister`]: typed reads, by namespace from the namespace index.
 //! - [`workqueue`]: dedup'ing, rate-limited work queues.
 //! - `testing` (feature): an in-process fake API server for tests.
+//! - `prometheus` (feature): workqueue and informer metrics exported to Prometheus under
+//!   client-go's names and labels.
 //!
 //! Objects are decoded once and shared as `Arc<K>` by the cache, the FIFO, every handler and every
 //! lister read.
@@ -82,6 +84,8 @@ pub mod factory;
 pub mod fifo;
 pub mod informer;
 pub mod lister;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 pub mod reflector;
 pub mod selector;
 pub mod store;

@@ -4,8 +4,8 @@
 //! As in client-go, an informer reports only when it has a name ([`InformerId`], set with
 //! [`InformerConfig::identity`](super::InformerConfig::identity) or the factory's
 //! [`FactoryConfig::informer_name`](crate::FactoryConfig::informer_name)), and only the
-//! in-order FIFO reports queue metrics (client-go's DeltaFIFO has none); the store's
-//! resourceVersion is reported in both modes whenever it changes (it does only in in-order mode).
+//! in-order FIFO reports (client-go's DeltaFIFO has no queue metrics and never sets the store's
+//! resourceVersion).
 
 use std::sync::Arc;
 

@@ -289,7 +289,12 @@ where
             _ => None,
         };
         let indexer = Indexer::new();
-        if let Some(m) = &metrics {
+        // Only an in-order informer has a store version to report (as client-go's, whose
+        // DeltaFIFO informers never set one); a DeltaFIFO one would report 0 for ever.
+        if let Some(m) = metrics
+            .as_ref()
+            .filter(|_| config.fifo_mode == FifoMode::InOrder)
+        {
             indexer.set_resource_version_metric(Arc::from(
                 m.provider.new_store_resource_version_metric(&m.id),
             ));

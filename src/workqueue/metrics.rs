@@ -27,11 +27,11 @@ pub mod names {
     pub const LONGEST_RUNNING_PROCESSOR: &str = "workqueue_longest_running_processor_seconds";
     /// Counter: total number of retries (`add_after` / `add_rate_limited` calls).
     pub const RETRIES: &str = "workqueue_retries_total";
-    /// Histogram buckets (seconds) client-go's adapter uses for both duration histograms:
-    /// `ExponentialBuckets(10e-9, 10, 12)`, i.e. 10 ns to 1000 s.
-    pub const DURATION_BUCKETS: [f64; 12] = [
-        1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0,
-    ];
+    /// Histogram buckets (seconds) client-go's Prometheus adapter uses for both duration
+    /// histograms (`k8s.io/component-base/metrics/prometheus/workqueue`:
+    /// `ExponentialBuckets(10e-9, 10, 10)`), i.e. 10 ns to 10 s.
+    pub const DURATION_BUCKETS: [f64; 10] =
+        [1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
 }
 
 /// A value that goes up and down by one (client-go's `GaugeMetric`).
