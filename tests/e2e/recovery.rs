@@ -1,19 +1,27 @@
 //! How fast informers recover on a real control plane, measured and printed: a watch whose
-//! connection is black-holed (issue #11), and the bookmark cadence of an idle watch that an
-//! idle timeout relies on.
+//! connection is black-holed (issue #11), the bookmark cadence of an idle watch that an
+//! idle timeout relies on, and the time to a recovered cache once a restarted
+//! kube-apiserver is reachable again (issue #18).
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube::core::Selector;
-use kube_informer::{ApiListerWatcher, InformerConfig, SharedIndexInformer};
+use kube_informer::reflector::{
+    ListItem, ListOptions, ListPage, ListWatchError, Prepare, WatchOptions, WatchStream,
+};
+use kube_informer::{
+    ApiListerWatcher, BackoffConfig, InformerConfig, ListerWatcher, SharedIndexInformer,
+};
 
 use crate::common::{
     CONVERGE_TIMEOUT, ErrorLog, LoggedError, Recorder, Seen, config_map, config_maps_in,
-    eventually, server_versions, versions, within,
+    create_namespace, eventually, server_versions, versions, within,
 };
 use crate::proxy::Proxy;
 use crate::support::Cluster;
@@ -27,6 +35,62 @@ fn client_through(cluster: &Cluster, proxy: &Proxy) -> Client {
     let mut config = cluster.admin_config();
     config.cluster_url = proxy.url().parse().expect("proxy URL");
     Client::try_from(config).expect("client through the proxy")
+}
+
+/// Passes every call through to an [`ApiListerWatcher`], remembering when each list started,
+/// so a test can tell how long after a 410 the relist came.
+struct Timed {
+    inner: ApiListerWatcher<ConfigMap>,
+    lists: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Timed {
+    fn new(api: Api<ConfigMap>) -> (Timed, Arc<Mutex<Vec<Instant>>>) {
+        let lists = Arc::new(Mutex::new(Vec::new()));
+        let lw = Timed {
+            inner: ApiListerWatcher::new(api),
+            lists: lists.clone(),
+        };
+        (lw, lists)
+    }
+}
+
+impl ListerWatcher<ConfigMap> for Timed {
+    fn list(
+        &self,
+        options: ListOptions,
+    ) -> BoxFuture<'_, Result<ListPage<ConfigMap>, ListWatchError>> {
+        self.lists.lock().unwrap().push(Instant::now());
+        self.inner.list(options)
+    }
+
+    fn list_reusing<'a>(
+        &'a self,
+        options: ListOptions,
+        prepare: Prepare<'a, ConfigMap>,
+    ) -> BoxFuture<'a, Result<ListPage<ListItem<ConfigMap>>, ListWatchError>>
+    where
+        ConfigMap: 'a,
+    {
+        self.lists.lock().unwrap().push(Instant::now());
+        self.inner.list_reusing(options, prepare)
+    }
+
+    fn watch(
+        &self,
+        options: WatchOptions,
+    ) -> BoxFuture<'_, Result<WatchStream<ConfigMap>, ListWatchError>> {
+        self.inner.watch(options)
+    }
+}
+
+/// The time from the first 410 the informer reported to the first list it started after it,
+/// when both happened. Once the server has answered 410 it is reachable: the relist is due at
+/// once, not after another backoff.
+fn relist_delay(errors: &[LoggedError], lists: &[Instant]) -> Option<Duration> {
+    let expired = errors.iter().find(|e| e.expired)?.at;
+    let relist = lists.iter().find(|&&t| t >= expired)?;
+    Some(*relist - expired)
 }
 
 async fn create(cms: &Api<ConfigMap>, name: &str) -> ConfigMap {
@@ -265,5 +329,204 @@ async fn idle_watch_bookmark_cadence_and_no_false_dead_watch() {
          silence?): {:#?}",
         errors_since(&errs, started)
     );
+    within("shutdown", informer.shutdown()).await;
+}
+
+/// The longest delay the `n`-th consecutive backoff (from 1) can wait: `initial × factor^(n-1)`,
+/// capped at `max`, times `1 + jitter`.
+fn longest_step(b: &BackoffConfig, n: usize) -> Duration {
+    let exp = i32::try_from(n.saturating_sub(1)).unwrap_or(i32::MAX);
+    let base = b.initial.mul_f64(b.factor.powi(exp)).min(b.max);
+    base.mul_f64(1.0 + b.jitter)
+}
+
+/// Issue #18: once kube-apiserver is reachable again, an informer's cache recovers within one
+/// backoff step plus the list. Here the informer cannot tell the outage has begun: its
+/// connection is black-holed while the admin deletes and creates objects, compacts etcd and
+/// restarts the apiserver. Only then, with the apiserver ready, the proxy drops the connection:
+/// the informer backs off once (800 ms to 1.6 s with the default full jitter), re-watches,
+/// gets 410 Gone (the restarted watch cache starts at etcd's current revision), and must relist
+/// at once (checked from the time of the 410 to the start of the next list). Two backoff steps
+/// would take at least 0.8 s + 1.6 s = 2.4 s, which is the bound on the whole recovery: one
+/// step leaves at least 0.8 s for the re-watch, the list and the handler calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
+async fn informer_relists_within_one_backoff_step_once_a_restarted_apiserver_is_reachable() {
+    let mut cluster = within("start", Cluster::start_for("reachable_again")).await;
+    let ns = "reachable";
+    let cms = config_maps_in(&cluster, ns).await;
+    for i in 0..5 {
+        create(&cms, &format!("cm-{i}")).await;
+    }
+    let backoff = BackoffConfig::default();
+    let bound = backoff.initial + backoff.initial.mul_f64(backoff.factor);
+
+    let proxy = Proxy::start(cluster.apiserver_port()).await;
+    let (lw, lists) = Timed::new(Api::namespaced(client_through(&cluster, &proxy), ns));
+    let informer = SharedIndexInformer::new(lw, InformerConfig::default());
+    let errors = ErrorLog::attach(&informer);
+    let events = Recorder::attach(&informer);
+    informer.start();
+    assert!(within("sync", informer.wait_for_cache_sync()).await);
+    events.wait_for("initial adds", 5).await;
+    create(&cms, "probe").await;
+    events.wait_for("the probe arrives by the watch", 6).await;
+
+    proxy.black_hole();
+    within("delete", cms.delete("cm-0", &Default::default()))
+        .await
+        .expect("delete cm-0");
+    create(&cms, "during-outage").await;
+    within("compact", cluster.compact())
+        .await
+        .expect("etcd compacts");
+    within("restart", cluster.restart_apiserver())
+        .await
+        .expect("apiserver restarts");
+    assert!(
+        errors.all().is_empty(),
+        "the informer noticed the outage: {:#?}",
+        errors.all()
+    );
+
+    let reachable = Instant::now();
+    proxy.cut();
+    proxy.restore();
+    let (created, deleted) = (format!("{ns}/during-outage"), format!("{ns}/cm-0"));
+    eventually(
+        "the informer recovers once the apiserver is reachable",
+        CONVERGE_TIMEOUT,
+        || {
+            let seen = events.seen();
+            let gone = seen
+                .iter()
+                .any(|s| matches!(s, Seen::Delete { key, .. } if *key == deleted));
+            if added(&seen, &created) && gone {
+                Ok(())
+            } else {
+                Err(format!("{seen:#?}"))
+            }
+        },
+    )
+    .await;
+    let recovered = reachable.elapsed();
+    let errs = errors.all();
+    let relist = relist_delay(&errs, &lists.lock().unwrap());
+    eprintln!(
+        "reachable again → cache recovered (tombstone + add delivered) in {recovered:?} \
+         (bound {bound:?}); relist {relist:?} after the 410; errors (from the proxy cut): {:#?}",
+        errors_since(&errs, reachable)
+    );
+    let relist = relist.unwrap_or_else(|| panic!("no 410 followed by a relist: {errs:#?}"));
+    assert!(
+        relist < backoff.initial,
+        "the relist came {relist:?} after the 410: a backoff once the server was reachable"
+    );
+    assert!(
+        recovered < bound,
+        "recovered {recovered:?} after the apiserver was reachable again: more than one \
+         backoff step ({bound:?} is the least two steps take)"
+    );
+    cache_matches_server("cache equals the server", &informer, &cms).await;
+    within("shutdown", informer.shutdown()).await;
+    drop(proxy);
+}
+
+/// kube-apiserver is killed under an informer that talks to it directly and started again; the
+/// informer's re-watch gets 410 Gone (etcd moved on while it was not looking), which it must
+/// answer with a relist at once: the server is reachable, so no further backoff (checked from
+/// the time of the 410 to the start of the next list). An object created as soon as the
+/// apiserver is ready must reach the informer within the retry that was pending when the
+/// apiserver became ready (at most the longest step of the backoff reached during the outage,
+/// counted from the last failure; nothing once the 410 came), plus `SLACK` for the re-watch,
+/// the list and the handler. Prints the times from the kill and from readiness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
+async fn informer_recovers_within_the_pending_retry_after_an_apiserver_restart() {
+    const SLACK: Duration = Duration::from_millis(800);
+    let mut cluster = within("start", Cluster::start_for("restart_timing")).await;
+    let ns = "restart-timing";
+    let cms = config_maps_in(&cluster, ns).await;
+    for i in 0..5 {
+        create(&cms, &format!("cm-{i}")).await;
+    }
+    let (lw, lists) = Timed::new(Api::namespaced(cluster.admin(), ns));
+    let informer = SharedIndexInformer::new(lw, InformerConfig::default());
+    let errors = ErrorLog::attach(&informer);
+    let events = Recorder::attach(&informer);
+    informer.start();
+    assert!(within("sync", informer.wait_for_cache_sync()).await);
+    events.wait_for("initial adds", 5).await;
+    create(&cms, "probe").await;
+    events.wait_for("the probe arrives by the watch", 6).await;
+    // A write the informer does not see moves etcd past the informer's last version, so the
+    // restarted watch cache (which starts at etcd's current revision) answers its re-watch with
+    // 410 Gone and it must relist, whatever the apiserver itself writes meanwhile.
+    create_namespace(&cluster.admin(), "elsewhere").await;
+
+    let killed = Instant::now();
+    cluster.stop_apiserver();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    within("start apiserver", cluster.start_apiserver())
+        .await
+        .expect("apiserver starts again");
+    let ready = Instant::now();
+    create(&cms, "after-restart").await;
+    let want = format!("{ns}/after-restart");
+    eventually(
+        "the informer recovers after the restart",
+        CONVERGE_TIMEOUT,
+        || {
+            if added(&events.seen(), &want) {
+                Ok(())
+            } else {
+                Err(format!("{:#?}", events.seen()))
+            }
+        },
+    )
+    .await;
+    let recovered = ready.elapsed();
+    let errs = errors.all();
+    let failed_before_ready: Vec<&LoggedError> = errs.iter().filter(|e| e.at < ready).collect();
+    // When the informer must be done waiting: if its re-watch already got the 410 before
+    // readiness was observed, the server was reachable then and the relist is due at once;
+    // otherwise by the retry pending at readiness, at most the longest delay of the backoff step
+    // reached, counted from the last failure.
+    let retry_due = match (
+        failed_before_ready.iter().find(|e| e.expired),
+        failed_before_ready.last(),
+    ) {
+        (Some(expired), _) => expired.at.max(ready),
+        (None, Some(last)) => (last.at
+            + longest_step(&BackoffConfig::default(), failed_before_ready.len()))
+        .max(ready),
+        (None, None) => ready + longest_step(&BackoffConfig::default(), 1),
+    };
+    let bound = retry_due - ready + SLACK;
+    let relist = relist_delay(&errs, &lists.lock().unwrap());
+    eprintln!(
+        "apiserver restart: ready {:?} after the kill; the informer saw an object created at \
+         readiness {recovered:?} later ({:?} after the kill; bound {bound:?}); relist \
+         {relist:?} after the 410; errors (from readiness): {:#?}",
+        ready - killed,
+        killed.elapsed(),
+        errors_since(&errs, ready)
+    );
+    assert!(
+        !failed_before_ready.is_empty(),
+        "the outage went unnoticed: {errs:#?}"
+    );
+    let relist = relist.unwrap_or_else(|| panic!("no 410 followed by a relist: {errs:#?}"));
+    assert!(
+        relist < BackoffConfig::default().initial,
+        "the relist came {relist:?} after the 410: a backoff once the server was reachable"
+    );
+    assert!(
+        recovered <= bound,
+        "recovered {recovered:?} after readiness, more than the pending retry ({:?}) plus \
+         {SLACK:?}: an extra backoff after the server was back?",
+        retry_due - ready
+    );
+    cache_matches_server("cache equals the server", &informer, &cms).await;
     within("shutdown", informer.shutdown()).await;
 }
