@@ -37,8 +37,10 @@ run_e2e() {
         bin="$(bash scripts/build-k8s.sh)" || { echo "e2e: scripts/build-k8s.sh failed" >&2; return 1; }
     fi
     echo "e2e: binaries in $bin"
-    # One cluster per test; on 2 cores they are better started one after the other.
-    KUBE_INFORMER_E2E_BIN="$bin" cargo test --all-features --test e2e -- --test-threads=1
+    # The e2e tests are #[ignore]d so that a plain `cargo test` reports them as not run;
+    # --include-ignored runs them here. One cluster per test; on 2 cores they are better started
+    # one after the other.
+    KUBE_INFORMER_E2E_BIN="$bin" cargo test --all-features --test e2e -- --include-ignored --test-threads=1
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then

@@ -98,11 +98,9 @@ fn assert_last_events_match(
 /// and delivers `DeletedFinalStateUnknown` tombstones for exactly the deleted objects (carrying
 /// their last known state), an update for the changed one and an add for the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
 async fn relist_after_expiry_delivers_tombstones_for_objects_deleted_while_disconnected() {
-    let Some(mut cluster) = within("start", Cluster::start_or_skip("relist_after_expiry")).await
-    else {
-        return;
-    };
+    let mut cluster = within("start", Cluster::start_for("relist_after_expiry")).await;
     let ns = "expiry";
     let cms = config_maps_in(&cluster, ns).await;
     create_config_maps(&cms, (0..10).map(|i| format!("cm-{i}"))).await;
@@ -245,11 +243,9 @@ async fn relist_after_expiry_delivers_tombstones_for_objects_deleted_while_disco
 /// changing objects: the informer recovers, its cache ends equal to the server, and its last
 /// notification for each object matches the object's final state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
 async fn informer_recovers_after_apiserver_is_killed_and_restarted_mid_watch() {
-    let Some(mut cluster) = within("start", Cluster::start_or_skip("apiserver_restart")).await
-    else {
-        return;
-    };
+    let mut cluster = within("start", Cluster::start_for("apiserver_restart")).await;
     let ns = "restart";
     let cms = config_maps_in(&cluster, ns).await;
     create_config_maps(&cms, (0..20).map(|i| format!("cm-{i}"))).await;
@@ -340,11 +336,9 @@ async fn informer_recovers_after_apiserver_is_killed_and_restarted_mid_watch() {
 /// each refusal, retries back off exponentially (no hot loop), and the informer syncs once an
 /// admin grants access.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
 async fn forbidden_informer_backs_off_then_syncs_once_rbac_grants_access() {
-    let Some(cluster) = within("start", Cluster::start_or_skip("forbidden_then_granted")).await
-    else {
-        return;
-    };
+    let cluster = within("start", Cluster::start_for("forbidden_then_granted")).await;
     let ns = "rbac";
     let cms = config_maps_in(&cluster, ns).await;
     let admin = cluster.admin();

@@ -152,11 +152,9 @@ async fn initial_adds(events: &mut kube_informer::EventStream<ConfigMap>, cms: &
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
 async fn streaming_initial_list_streams_from_the_real_server_without_list_requests() {
-    let Some(cluster) = within("start", Cluster::start_or_skip("streaming_initial_list")).await
-    else {
-        return;
-    };
+    let cluster = within("start", Cluster::start_for("streaming_initial_list")).await;
     let ns = "streaming";
     let cms = populate(&cluster, ns).await;
 
@@ -251,10 +249,9 @@ async fn streaming_initial_list_streams_from_the_real_server_without_list_reques
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
 async fn list_then_watch_from_the_listed_resource_version() {
-    let Some(cluster) = within("start", Cluster::start_or_skip("list_then_watch")).await else {
-        return;
-    };
+    let cluster = within("start", Cluster::start_for("list_then_watch")).await;
     let ns = "listwatch";
     let cms = populate(&cluster, ns).await;
 
@@ -314,10 +311,9 @@ async fn list_then_watch_from_the_listed_resource_version() {
 /// seen, without a relist, in both modes; changes made across those boundaries all arrive.
 /// A small page size makes the list paginate if the server honours `limit`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
 async fn expired_watch_timeouts_resume_from_the_last_version_without_relisting() {
-    let Some(cluster) = within("start", Cluster::start_or_skip("watch_timeouts")).await else {
-        return;
-    };
+    let cluster = within("start", Cluster::start_for("watch_timeouts")).await;
     let ns = "timeouts";
     let cms = populate(&cluster, ns).await;
 

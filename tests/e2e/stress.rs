@@ -115,10 +115,9 @@ async fn writer(cms: Api<ConfigMap>, task: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
 async fn ten_thousand_concurrent_writes_lose_no_update() {
-    let Some(cluster) = within("start", Cluster::start_or_skip("ten_thousand_writes")).await else {
-        return;
-    };
+    let cluster = within("start", Cluster::start_for("ten_thousand_writes")).await;
     let ns = "stress";
     let cms = config_maps_in(&cluster, ns).await;
 

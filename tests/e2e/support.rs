@@ -2,8 +2,9 @@
 //! built by `scripts/build-k8s.sh`, listening on free loopback ports, with all their state in a
 //! temporary directory that is removed when the [`Cluster`] is dropped (also when a test panics).
 //!
-//! Tests are skipped (they print a `skipped: ...` line and pass) unless `KUBE_INFORMER_E2E_BIN`
-//! names the directory holding the `etcd` and `kube-apiserver` binaries.
+//! The e2e tests are `#[ignore]`d, so a plain `cargo test` lists them as ignored; run with
+//! `--include-ignored` (as `.ci/e2e.sh` does), they need `KUBE_INFORMER_E2E_BIN` naming the
+//! directory holding the `etcd` and `kube-apiserver` binaries, and fail at once without it.
 //!
 //! Authentication uses a static token file with two users: `admin` (group `system:masters`,
 //! allowed everything) and `restricted` (no RBAC bindings, so every resource request is refused
@@ -39,21 +40,21 @@ const RESTRICTED_TOKEN: &str = "e2e-restricted-token";
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The bin dir from [`BIN_ENV`], or `None` after printing a `skipped: ...` line for `test`.
+/// The bin dir from [`BIN_ENV`].
 ///
-/// The line is written straight to the process's stderr so that libtest's output capture does
-/// not hide it.
-pub fn bin_dir_or_skip(test: &str) -> Option<PathBuf> {
+/// # Panics
+/// When [`BIN_ENV`] is unset or empty, with a message saying how to get the binaries: an e2e
+/// test that was asked to run (`--include-ignored`) must fail, not pass having tested nothing.
+pub fn bin_dir(test: &str) -> PathBuf {
     match std::env::var_os(BIN_ENV) {
-        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
-        _ => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped: {test}: {BIN_ENV} is not set (run scripts/build-k8s.sh and point it at \
-                 the printed bin dir; see tests/e2e/README.md)"
-            );
-            None
-        }
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => panic!(
+            "{test}: {BIN_ENV} is not set, so there is no kube-apiserver and etcd to test against. \
+             Run `bash .ci/e2e.sh` (it builds them and runs the e2e tests), or build them with \
+             `bin=\"$(bash scripts/build-k8s.sh)\"` and run \
+             `KUBE_INFORMER_E2E_BIN=\"$bin\" cargo test --all-features --test e2e -- \
+             --include-ignored --test-threads=1`; see tests/e2e/README.md"
+        ),
     }
 }
 
@@ -69,15 +70,15 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts a cluster if [`BIN_ENV`] is set, otherwise prints why `test` is skipped.
+    /// Starts a cluster for `test` from the binaries in [`BIN_ENV`].
     ///
     /// # Panics
-    /// When [`BIN_ENV`] is set but the cluster cannot be started: a misconfigured CI must fail
-    /// loudly, not skip.
-    pub async fn start_or_skip(test: &str) -> Option<Cluster> {
-        let bin = bin_dir_or_skip(test)?;
+    /// When [`BIN_ENV`] is unset (see [`bin_dir`]) or the cluster cannot be started (with the
+    /// log tail): a misconfigured run must fail loudly, never pass having run nothing.
+    pub async fn start_for(test: &str) -> Cluster {
+        let bin = bin_dir(test);
         match Cluster::start(&bin).await {
-            Ok(cluster) => Some(cluster),
+            Ok(cluster) => cluster,
             Err(err) => panic!("{test}: cannot start the e2e cluster: {err}"),
         }
     }
