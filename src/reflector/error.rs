@@ -26,6 +26,11 @@ pub enum ListWatchError {
     /// The watch stream broke while being read.
     #[error("watch stream broke: {0}")]
     Stream(#[source] kube::Error),
+    /// The server sent nothing (no response headers, no body bytes) for this long
+    /// ([`ListOptions::idle_timeout`](super::ListOptions::idle_timeout)): a dead connection or
+    /// server.
+    #[error("nothing received for {0:?}: assuming a dead connection")]
+    Idle(std::time::Duration),
     /// A list item or watch event grew past the configured maximum size before it ended
     /// ([`ReflectorConfig::max_object_bytes`](super::ReflectorConfig::max_object_bytes)); the
     /// request was abandoned rather than buffering without bound.

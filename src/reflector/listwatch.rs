@@ -43,6 +43,12 @@ pub struct ListOptions {
     /// that grows past it fails the list with [`ListWatchError::TooLarge`] instead of being
     /// buffered without bound.
     pub max_object_bytes: usize,
+    /// How long the response may go without sending anything (headers, then body bytes)
+    /// before the list fails with [`ListWatchError::Idle`]; `None` for no limit. The default is
+    /// the reflector's default idle timeout (75 s, longer than kube-apiserver's 60 s request
+    /// timeout). kube's client sets no read timeout, so without this a request on a dead
+    /// connection would wait for ever.
+    pub idle_timeout: Option<std::time::Duration>,
 }
 
 impl Default for ListOptions {
@@ -53,6 +59,7 @@ impl Default for ListOptions {
             limit: None,
             continue_token: None,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            idle_timeout: Some(super::DEFAULT_WATCH_IDLE_TIMEOUT),
         }
     }
 }
@@ -348,9 +355,10 @@ where
 {
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         async move {
-            let res = self.send_list(&options).await?;
+            let res = within(options.idle_timeout, self.send_list(&options)).await??;
             decode_list_body(
                 res.into_body().into_data_stream(),
+                options.idle_timeout,
                 options.max_object_bytes,
                 |k| k,
             )
@@ -368,9 +376,10 @@ where
         K: Send + 'a,
     {
         async move {
-            let res = self.send_list(&options).await?;
+            let res = within(options.idle_timeout, self.send_list(&options)).await??;
             let page = decode_list_body(
                 res.into_body().into_data_stream(),
+                options.idle_timeout,
                 options.max_object_bytes,
                 &mut *sink,
             )
@@ -410,11 +419,25 @@ where
     }
 }
 
+/// `f`, or [`ListWatchError::Idle`] once `idle` passes first.
+async fn within<T>(
+    idle: Option<std::time::Duration>,
+    f: impl std::future::Future<Output = T>,
+) -> Result<T, ListWatchError> {
+    match idle {
+        Some(d) => tokio::time::timeout(d, f)
+            .await
+            .map_err(|_| ListWatchError::Idle(d)),
+        None => Ok(f.await),
+    }
+}
+
 /// Decodes a list response body chunk by chunk as it arrives, so only a small window of it is
 /// held (see [`ListDecoder`]) rather than the whole body next to the decoded objects. A value
 /// that is still unfinished after `limit` bytes (plus the decoder's margin) fails the list.
 async fn decode_list_body<K, T, S>(
     body: S,
+    idle: Option<std::time::Duration>,
     limit: usize,
     mut map: impl FnMut(K) -> T + Send,
 ) -> Result<ListPage<T>, ListWatchError>
@@ -425,7 +448,7 @@ where
     let mut body = std::pin::pin!(body);
     let mut decoder = ListDecoder::<K, T>::new();
     let window = limit.saturating_add(super::decode::LIST_DECODER_MARGIN);
-    while let Some(chunk) = body.next().await {
+    while let Some(chunk) = within(idle, body.next()).await? {
         decoder.push(&chunk.map_err(ListWatchError::Request)?, &mut map)?;
         if decoder.buffered() > window {
             return Err(ListWatchError::TooLarge { limit });
@@ -601,10 +624,14 @@ mod tests {
         use k8s_openapi::api::core::v1::ConfigMap;
         let body = br#"{"metadata":{"resourceVersion":"8"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#;
         let chunks = || body.chunks(5).map(|c| Ok(Bytes::copy_from_slice(c)));
-        let page =
-            decode_list_body::<ConfigMap, _, _>(futures::stream::iter(chunks()), usize::MAX, |k| k)
-                .await
-                .unwrap();
+        let page = decode_list_body::<ConfigMap, _, _>(
+            futures::stream::iter(chunks()),
+            None,
+            usize::MAX,
+            |k| k,
+        )
+        .await
+        .unwrap();
         assert_eq!(page.items.len(), 2);
         assert_eq!(page.metadata.resource_version.as_deref(), Some("8"));
 
@@ -613,17 +640,25 @@ mod tests {
             .chain(std::iter::once(Err(kube::Error::ReadEvents(
                 std::io::Error::other("connection reset"),
             ))));
-        let err =
-            decode_list_body::<ConfigMap, _, _>(futures::stream::iter(cut), usize::MAX, |k| k)
-                .await
-                .unwrap_err();
+        let err = decode_list_body::<ConfigMap, _, _>(
+            futures::stream::iter(cut),
+            None,
+            usize::MAX,
+            |k| k,
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err, ListWatchError::Request(_)), "{err:?}");
         // A body that just ends early is a decode error, not a short list.
         let short = chunks().take(10);
-        let err =
-            decode_list_body::<ConfigMap, _, _>(futures::stream::iter(short), usize::MAX, |k| k)
-                .await
-                .unwrap_err();
+        let err = decode_list_body::<ConfigMap, _, _>(
+            futures::stream::iter(short),
+            None,
+            usize::MAX,
+            |k| k,
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err, ListWatchError::Decode(_)), "{err:?}");
     }
 }
@@ -662,19 +697,27 @@ mod limit_tests {
                 .map(|c| Ok(Bytes::copy_from_slice(c)))
                 .collect::<Vec<Result<Bytes, kube::Error>>>()
         };
-        let err =
-            decode_list_body::<ConfigMap, _, _>(futures::stream::iter(chunks()), 100 * 1024, |k| k)
-                .await
-                .unwrap_err();
+        let err = decode_list_body::<ConfigMap, _, _>(
+            futures::stream::iter(chunks()),
+            None,
+            100 * 1024,
+            |k| k,
+        )
+        .await
+        .unwrap_err();
         assert!(
             matches!(err, ListWatchError::TooLarge { limit } if limit == 100 * 1024),
             "{err:?}"
         );
         // The same item fits a larger limit.
-        let page =
-            decode_list_body::<ConfigMap, _, _>(futures::stream::iter(chunks()), 1 << 20, |k| k)
-                .await
-                .unwrap();
+        let page = decode_list_body::<ConfigMap, _, _>(
+            futures::stream::iter(chunks()),
+            None,
+            1 << 20,
+            |k| k,
+        )
+        .await
+        .unwrap();
         assert_eq!(page.items.len(), 1);
     }
 }

@@ -259,11 +259,14 @@ pub struct Reflector<K, S = DeltaFifo<K>> {
     rng: fastrand::Rng,
 }
 
-/// The default watch-error handler: a `tracing` warning (expired versions at debug level, since
-/// they are routine).
+/// The default watch-error handler: a `tracing` warning (expired versions at debug level and
+/// idle watches at info level, since they are routine).
 pub fn default_watch_error_handler(name: &str, err: &Error) {
     if err.is_expired() {
         tracing::debug!(reflector = name, error = %err, "watch expired; relisting");
+    } else if matches!(err, Error::IdleTimeout(_)) {
+        // Routine on an idle resource, whose first bookmark can take two minutes.
+        tracing::info!(reflector = name, error = %err, "watch silent; restarting it");
     } else {
         tracing::warn!(reflector = name, error = %err, "list/watch failed; retrying");
     }
@@ -451,6 +454,12 @@ where
         }
     }
 
+    /// How long a list request may go without receiving anything (headers or body bytes): the
+    /// idle timeout, which is longer than kube-apiserver's own default request timeout (60 s).
+    fn list_idle_timeout(&self) -> Option<Duration> {
+        Some(self.config.idle_timeout).filter(|d| !d.is_zero())
+    }
+
     /// The `List` state: a streaming list when enabled (handing back its watch to go on with),
     /// else a list.
     async fn list_or_stream(&mut self) -> Result<Option<Watching<K>>, Error> {
@@ -483,10 +492,16 @@ where
             send_initial_events: false,
             max_object_bytes: self.config.max_object_bytes,
         };
-        let stream = self.lw.watch(options).await.map_err(Error::WatchStart)?;
+        let idle = self.idle_timeout(timeout_seconds);
+        // The server answers a watch's headers at once; one that does not within the idle
+        // timeout is as dead as a silent stream (kube sets no read timeout of its own).
+        let stream = tokio::time::timeout(idle, self.lw.watch(options))
+            .await
+            .map_err(|_| Error::IdleTimeout(idle))?
+            .map_err(Error::WatchStart)?;
         Ok(Watching {
             stream,
-            idle: self.idle_timeout(timeout_seconds),
+            idle,
             started: Instant::now(),
             events: 0,
         })
@@ -526,6 +541,7 @@ where
             limit: paginate.then_some(self.config.page_size).filter(|&n| n > 0),
             continue_token: None,
             max_object_bytes: self.config.max_object_bytes,
+            idle_timeout: self.list_idle_timeout(),
         };
         let mut items = Vec::new();
         let mut rejected = Vec::new();
@@ -544,6 +560,7 @@ where
                     rejected.clear();
                     let full = ListOptions {
                         max_object_bytes: self.config.max_object_bytes,
+                        idle_timeout: self.list_idle_timeout(),
                         ..Default::default()
                     };
                     let summary = self.list_page(full, &mut items, &mut rejected).await?;
@@ -619,7 +636,10 @@ where
             send_initial_events: true,
             max_object_bytes: self.config.max_object_bytes,
         };
-        let mut stream = self.lw.watch(options).await.map_err(Error::WatchList)?;
+        let mut stream = tokio::time::timeout(idle, self.lw.watch(options))
+            .await
+            .map_err(|_| Error::IdleTimeout(idle))?
+            .map_err(Error::WatchList)?;
         let started = Instant::now();
         // A temporary store: an object deleted during the initial events must not survive.
         let mut initial: HashMap<ObjectKey, S::ListItem> = HashMap::new();

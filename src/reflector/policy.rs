@@ -42,10 +42,11 @@ pub(crate) enum Then {
 /// - A list failure waits a backoff step and lists again (`wait.BackoffUntil` around
 ///   `ListAndWatch`). An expired list version is not a failure here: the list itself retries at
 ///   once with `resourceVersion=""`.
-/// - The connection failed (refused, reset, TLS, a broken stream, an idle dead connection, a
-///   line that is not a watch event) or the server asked to slow down (429): the store is still
-///   right up to the last resourceVersion, so back off and watch again from it
-///   (`isWatchErrorRetriable`; `handleWatch` ending on a broken stream).
+/// - The connection failed (refused, reset, TLS, a broken stream, a line that is not a watch
+///   event) or the server asked to slow down (429): the store is still right up to the last
+///   resourceVersion, so back off and watch again from it (`isWatchErrorRetriable`;
+///   `handleWatch` ending on a broken stream). A watch silent past the idle timeout is restarted
+///   at once instead (see the table).
 /// - 410 Expired on a watch that had delivered nothing (the first answer of a re-watch): the
 ///   version fell out of the server's window while the reflector was away, which is no new
 ///   failure of the server; relist at once, so that recovering from a cut costs one backoff
@@ -60,6 +61,10 @@ pub(crate) enum Then {
 pub(crate) fn after(step: Step, error: &Error) -> Next {
     match step {
         Step::List => Next::AfterBackOff(Then::List),
+        // The server did not answer the watch request in time: a dead connection or server.
+        Step::WatchStart if matches!(error, Error::IdleTimeout(_)) => {
+            Next::AfterBackOff(Then::Watch)
+        }
         Step::WatchStart => match error.list_watch_error() {
             Some(e) if e.is_expired() => Next::Now(Then::List),
             Some(ListWatchError::Request(_)) => Next::AfterBackOff(Then::Watch),
@@ -67,7 +72,12 @@ pub(crate) fn after(step: Step, error: &Error) -> Next {
             _ => Next::AfterBackOff(Then::List),
         },
         Step::Watch { delivered } => match error {
-            Error::IdleTimeout(_) => Next::AfterBackOff(Then::Watch),
+            // Nothing arrived for longer than the server's bookmark cadence: the connection is
+            // taken for dead and the watch restarted at once, on a new connection. A live server
+            // that merely had nothing to say (an idle resource's first bookmark can take two
+            // minutes) costs one request that way, served from its watch cache; an unreachable
+            // one fails that request and backs off then.
+            Error::IdleTimeout(_) => Next::Now(Then::Watch),
             Error::Watch(e) => match e {
                 ListWatchError::TooLarge { .. } => Next::AfterBackOff(Then::List),
                 ListWatchError::Stream(_) | ListWatchError::Decode(_) => {
@@ -158,6 +168,16 @@ mod tests {
             (fresh, Error::Watch(broken_stream()), AfterBackOff(Watch)),
             (
                 running,
+                Error::IdleTimeout(Duration::from_secs(75)),
+                Now(Watch),
+            ),
+            (
+                fresh,
+                Error::IdleTimeout(Duration::from_secs(75)),
+                Now(Watch),
+            ),
+            (
+                Step::WatchStart,
                 Error::IdleTimeout(Duration::from_secs(75)),
                 AfterBackOff(Watch),
             ),

@@ -451,10 +451,8 @@ async fn idle_watch_is_treated_as_dead_and_rewatched() {
     })
     .await;
     let t = lw.timed_requests();
-    assert_eq!(
-        t[2].0 - t[1].0,
-        Duration::from_secs(30) + Duration::from_millis(800)
-    );
+    // Restarted at once: a silent watch is not a failure of the server.
+    assert_eq!(t[2].0 - t[1].0, Duration::from_secs(30));
     assert_eq!(watch_opts(&t[2].1).resource_version, "11");
     assert!(r.errors.lock()[0].contains("idle"), "{:?}", r.errors.lock());
 }
@@ -469,10 +467,7 @@ async fn default_idle_timeout_follows_the_apiserver_bookmark_cadence() {
     })
     .await;
     let t = lw.timed_requests();
-    assert_eq!(
-        t[2].0 - t[1].0,
-        DEFAULT_WATCH_IDLE_TIMEOUT + Duration::from_millis(800)
-    );
+    assert_eq!(t[2].0 - t[1].0, DEFAULT_WATCH_IDLE_TIMEOUT);
     assert_eq!(DEFAULT_WATCH_IDLE_TIMEOUT, Duration::from_secs(75));
 }
 
@@ -487,10 +482,7 @@ async fn zero_idle_timeout_waits_for_the_watch_timeout_plus_a_minute() {
     .await;
     let t = lw.timed_requests();
     let timeout = u64::from(watch_opts(&t[1].1).timeout_seconds);
-    assert_eq!(
-        t[2].0 - t[1].0,
-        Duration::from_secs(timeout + 60) + Duration::from_millis(800)
-    );
+    assert_eq!(t[2].0 - t[1].0, Duration::from_secs(timeout + 60));
 }
 
 #[tokio::test(start_paused = true)]
