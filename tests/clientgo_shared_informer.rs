@@ -1244,15 +1244,57 @@ async fn shut_down_event_handler_added_then_started() {
     stop(&informer).await;
 }
 
+/// Not a Go test: client-go's rule that a listener starts out "syncing"
+/// (`sharedProcessor.addListener` registers it with `p.listeners[listener] = true`; only
+/// `shouldResync` changes that), so until the first resync check an update between two objects
+/// of the same resourceVersion (an unchanged object in a relist, `isSync`) reaches every
+/// handler. An informer without resync is never checked, so each relist tells every handler of
+/// each unchanged object. Checked against client-go v0.37.2 itself (its shared informer, which
+/// runs in-order) with a small program over its `FakeControllerSource`, informer resync 0 and
+/// 10 s (before the first check), handler resync 0: after `ResetWatch` the relist calls
+/// `UpdateFunc(pod1@1, pod1@1)`, then `AddFunc(pod2@2)`.
+#[tokio::test(start_paused = true)]
+#[ignore = "fails: listeners start with syncing = false (src/informer/processor.rs \
+            Listener::new), and Processor::distribute drops is_sync updates for listeners not \
+            syncing, so before a resync check (forever, without resync) a relist's unchanged \
+            objects reach no handler, where client-go calls OnUpdate(old, new) for each"]
+async fn a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check() {
+    let source = FakeControllerSource::new();
+    source.add(pod_uid("pod1"));
+    let informer = new_informer(&source, Duration::ZERO);
+    let listener = TestListener::new();
+    informer.add_event_handler(listener.clone()).unwrap();
+    informer.start();
+    assert_ok(&listener, "initial list", &["pod1"]).await;
+
+    // A change only a relist shows, then the watch ends and its version expires: a relist,
+    // at once (the watch lasted a second, so its end is no failure).
+    source.add_drop_watch(pod_uid("pod2"));
+    tokio::time::advance(SECOND).await;
+    source.reset_watch();
+    wait_until("pod2 relisted", || {
+        listener.received().contains(&"pod2".to_owned())
+    })
+    .await;
+    settle(SETTLE).await;
+    assert_eq!(
+        listener.received(),
+        ["pod1", "pod1", "pod2"],
+        "the relist's update of unchanged pod1, then the add of pod2"
+    );
+    stop(&informer).await;
+}
+
 /// Every test of this file again, on in-order informers (`FifoMode::InOrder`): what client-go
 /// v0.37 runs them on.
 mod in_order {
     use kube_informer::FifoMode;
 
     macro_rules! in_order {
-        ($($test:ident),* $(,)?) => {$(
+        ($($(#[$attr:meta])* $test:ident),* $(,)?) => {$(
             #[doc = concat!("[`super::", stringify!($test), "`] on an in-order informer.")]
             #[test]
+            $(#[$attr])*
             fn $test() {
                 super::with_mode(FifoMode::InOrder, super::$test);
             }
@@ -1291,5 +1333,7 @@ mod in_order {
         shut_down_event_handler_informer_never_started,
         shut_down_event_handler_started_then_added,
         shut_down_event_handler_added_then_started,
+        #[ignore = "fails: as super::a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check"]
+        a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check,
     );
 }
