@@ -14,7 +14,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::ObjectMeta;
-use kube_informer::{IndexFn, Indexer, Indexers, ObjectKey};
+use kube_informer::{IndexFn, Indexer, Indexers, ObjectKey, StoreOp};
 
 /// A cluster-scoped ConfigMap `name` carrying `val`.
 fn obj(name: &str, val: &str) -> ConfigMap {
@@ -165,6 +165,121 @@ fn thread_safe_store_indexing_functions_with_multiple_values() {
 
     store.remove(&key("key3"));
     check(&[("foo", &[]), ("bar", &["key2"]), ("baz", &[])]);
+}
+
+/// A ConfigMap `name` at resourceVersion `rv` (client-go's `&metav1.ObjectMeta{ResourceVersion}`).
+fn at(name: &str, rv: &str) -> Arc<ConfigMap> {
+    let mut o = obj(name, "");
+    o.metadata.resource_version = Some(rv.to_owned()).filter(|rv| !rv.is_empty());
+    Arc::new(o)
+}
+
+fn rv_of(o: &ConfigMap) -> Option<&str> {
+    o.metadata.resource_version.as_deref()
+}
+
+/// client-go `threadSafeMap.Add`/`Update` as the in-order informer applies one: a one-op
+/// transaction carrying the object's version. (The crate's plain `add`/`insert` leave the
+/// store's version alone, so that a DeltaFIFO informer, which uses them, keeps it empty.)
+fn add_at(store: &Indexer<ConfigMap>, k: &str, o: Arc<ConfigMap>) -> Vec<Option<Arc<ConfigMap>>> {
+    let rv = rv_of(&o).map(str::to_owned);
+    store.transaction(vec![StoreOp::Put(key(k), o)], rv.as_deref())
+}
+
+/// client-go `threadSafeMap.DeleteWithObject`: a one-op transaction carrying the deleted
+/// object's version.
+fn delete_with_object(store: &Indexer<ConfigMap>, k: &str, o: &ConfigMap) {
+    store.transaction(vec![StoreOp::Remove(key(k))], rv_of(o));
+}
+
+/// client-go `TestThreadSafeStoreRV`: the store's resourceVersion (`LastStoreSyncResourceVersion`)
+/// starts empty, follows every add, update, delete-with-object and transaction (the version of
+/// its last object), is left alone by a delete without object and an object without a version,
+/// and a replace sets it to the list's version.
+///
+/// Go's store reads the version off the objects; the crate's [`Indexer::transaction`] is handed
+/// it by its caller (the in-order informer passes the version of the batch's last object, which
+/// `tests/in_order_model.rs` checks batch by batch). Go's "non-meta object" (a plain string)
+/// cannot be stored in a typed store; the nearest case is an object without a resourceVersion.
+#[test]
+fn thread_safe_store_rv() {
+    // Initial state.
+    let store = Indexer::<ConfigMap>::new();
+    assert_eq!(store.last_store_sync_resource_version(), "");
+
+    // Add, Update and Delete.
+    let store = Indexer::<ConfigMap>::new();
+    let rv = |s: &Indexer<ConfigMap>| s.last_store_sync_resource_version();
+    add_at(&store, "key1", at("key1", "10"));
+    assert_eq!(rv(&store), "10");
+    add_at(&store, "key3", at("key3", "10"));
+    assert_eq!(rv(&store), "10", "after adding the same version");
+    add_at(&store, "key4", at("key4", "20"));
+    assert_eq!(rv(&store), "20");
+    // Delete an earlier object with a newer version.
+    delete_with_object(&store, "key4", &at("key4", "30"));
+    assert_eq!(rv(&store), "30", "after a delete with object");
+    assert!(store.get_by_key("key4").is_none());
+    // Go: a non-meta object leaves the version; here, an object without one.
+    add_at(&store, "key5", at("key5", ""));
+    assert_eq!(rv(&store), "30", "after an object without a version");
+    add_at(&store, "key6", at("key6", "40"));
+    assert_eq!(rv(&store), "40");
+    // A delete without object.
+    store.remove(&key("key6"));
+    assert_eq!(rv(&store), "40", "after a delete without object");
+    // A transaction: the version of its last object, whatever came before it.
+    let previous = store.transaction(
+        vec![
+            StoreOp::Put(key("key9"), at("key9", "40")),
+            StoreOp::Put(key("key10"), at("key10", "30")),
+            StoreOp::Put(key("key11"), at("key11", "50")),
+        ],
+        Some("50"),
+    );
+    assert_eq!(rv(&store), "50", "after a transaction");
+    assert!(previous.iter().all(Option::is_none), "all three were new");
+    let mut keys: Vec<String> = store.list_keys().iter().map(|k| k.to_string()).collect();
+    keys.sort();
+    assert_eq!(keys, ["key1", "key10", "key11", "key3", "key5", "key9"]);
+
+    // Replace.
+    let store = Indexer::<ConfigMap>::new();
+    add_at(&store, "key1", at("key1", "10"));
+    assert_eq!(rv(&store), "10", "setup");
+    store
+        .replace_at(vec![at("key3", "40"), at("key2", "30")], "50")
+        .unwrap();
+    assert_eq!(rv(&store), "50", "after a replace");
+    assert!(store.get_by_key("key1").is_none(), "replace kept key1");
+
+    // Delete.
+    let store = Indexer::<ConfigMap>::new();
+    add_at(&store, "key1", at("key1", "10"));
+    assert_eq!(rv(&store), "10", "setup");
+    delete_with_object(&store, "key1", &at("key1", "20"));
+    assert_eq!(rv(&store), "20", "after a delete");
+}
+
+/// The store's version moves only with in-order changes: the plain [`Indexer::add`],
+/// [`Indexer::insert`], [`Indexer::delete`] and [`Indexer::replace`] leave it alone (a DeltaFIFO
+/// informer's cache reports none, as client-go's does without `AtomicFIFO`), while a bookmark
+/// sets it without touching the objects (client-go `threadSafeMap.Bookmark`). Not a Go test:
+/// client-go's plain `Add` records the version too; see `tests/CLIENTGO.md`.
+#[test]
+fn thread_safe_store_rv_moves_only_with_in_order_changes() {
+    let store = Indexer::<ConfigMap>::new();
+    store.add(at("a", "10")).unwrap();
+    store.insert(key("b"), at("b", "11"));
+    store.delete(&at("a", "12")).unwrap();
+    store.replace(vec![at("c", "13")]).unwrap();
+    assert_eq!(store.last_store_sync_resource_version(), "");
+    store.bookmark("20");
+    assert_eq!(store.last_store_sync_resource_version(), "20");
+    assert_eq!(store.len(), 1);
+    // A replace without a version keeps the store's.
+    store.replace(vec![at("d", "21")]).unwrap();
+    assert_eq!(store.last_store_sync_resource_version(), "20");
 }
 
 fn pod(name: &str, labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
