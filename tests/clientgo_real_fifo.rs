@@ -667,11 +667,6 @@ fn resync_atomic() {
 /// initial population (`initialPopulationCount = len(f.items)`): synced once both are popped,
 /// both popped as in the initial list.
 #[test]
-#[ignore = "fails: InOrderFifo::bookmark goes through push(), which sets populated = true, so \
-            has_synced() is true right after a bookmark queued before the first replace \
-            (client-go's RealFIFO.Bookmark leaves populated alone); the following replace then \
-            counts as no initial population (has_synced stays true, its pop is not \
-            is_in_initial_list)"]
 fn a_bookmark_before_the_first_replace_does_not_populate() {
     let f = fifo();
     f.bookmark("5");
@@ -690,9 +685,6 @@ fn a_bookmark_before_the_first_replace_does_not_populate() {
 /// `the_real_fifo.go` `Resync` with `AtomicEvents` (`addResyncToItemsLocked`): queues `SyncAll`
 /// and leaves `populated` alone, as [`a_bookmark_before_the_first_replace_does_not_populate`].
 #[test]
-#[ignore = "fails: InOrderFifo::resync goes through push(), which sets populated = true, so \
-            has_synced() is true right after a resync queued before the first replace \
-            (client-go's atomic RealFIFO.Resync leaves populated alone)"]
 fn a_resync_before_the_first_replace_does_not_populate() {
     let f = fifo();
     f.resync();
@@ -750,10 +742,6 @@ async fn a_delta_fifo_informer_whose_lists_fail_never_syncs_even_when_resyncs_co
 /// FIFO anyway. The crate's reflector runs its resync timer from the start, so a resync comes
 /// due while the list is still failing, and queues a `SyncAll` that populates the FIFO.
 #[tokio::test(start_paused = true)]
-#[ignore = "fails: the reflector's resync_loop runs alongside the first list (client-go resyncs \
-            only after a successful list), its SyncAll marks the InOrderFifo populated, and \
-            has_synced() / wait_for_cache_sync() turn true with an empty cache while every list \
-            fails with 403"]
 async fn an_in_order_informer_whose_lists_fail_never_syncs_even_when_resyncs_come_due() {
     lists_fail_while_resyncs_come_due(FifoMode::InOrder).await;
 }

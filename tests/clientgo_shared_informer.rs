@@ -1254,10 +1254,6 @@ async fn shut_down_event_handler_added_then_started() {
 /// 10 s (before the first check), handler resync 0: after `ResetWatch` the relist calls
 /// `UpdateFunc(pod1@1, pod1@1)`, then `AddFunc(pod2@2)`.
 #[tokio::test(start_paused = true)]
-#[ignore = "fails: listeners start with syncing = false (src/informer/processor.rs \
-            Listener::new), and Processor::distribute drops is_sync updates for listeners not \
-            syncing, so before a resync check (forever, without resync) a relist's unchanged \
-            objects reach no handler, where client-go calls OnUpdate(old, new) for each"]
 async fn a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check() {
     let source = FakeControllerSource::new();
     source.add(pod_uid("pod1"));
@@ -1333,7 +1329,6 @@ mod in_order {
         shut_down_event_handler_informer_never_started,
         shut_down_event_handler_started_then_added,
         shut_down_event_handler_added_then_started,
-        #[ignore = "fails: as super::a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check"]
         a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check,
     );
 }

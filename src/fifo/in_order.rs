@@ -204,10 +204,14 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
         }
     }
 
+    /// Queues `delta`. Per-object deltas populate the FIFO (client-go `Add`/`Update`/`Delete`);
+    /// bookmarks and resyncs do not (client-go `Bookmark`, atomic `Resync`), so neither makes an
+    /// informer synced before its first list.
     fn push(&self, key: Option<ObjectKey>, delta: InOrderDelta<K>) {
+        let populates = !matches!(delta, InOrderDelta::Bookmark { .. } | InOrderDelta::SyncAll);
         {
             let mut state = self.state.lock();
-            state.populated = true;
+            state.populated |= populates;
             state.items.push_back(Queued { key, delta });
             self.report_len(&state);
             self.note_synced(&state);

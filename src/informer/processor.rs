@@ -443,7 +443,10 @@ impl<K> Listener<K> {
                 next: None,
             }),
             thread: Mutex::new(None),
-            syncing: AtomicBool::new(false),
+            // client-go `sharedProcessor.addListener` registers every listener as syncing: until
+            // the first resync check, it hears of same-version updates (a relist's unchanged
+            // objects) too; an informer without resync never checks, so its listeners always do.
+            syncing: AtomicBool::new(true),
         })
     }
 

@@ -173,13 +173,15 @@ async fn relist_with_vanished_objects_delivers_tombstones() {
     let (rec, log) = recorder();
     inf.add_event_handler(rec).unwrap();
     inf.start();
-    let got = log_reaches(&log, 4).await;
+    let got = log_reaches(&log, 5).await;
     assert_eq!(
         got,
         [
             "add ns/a 5 initial",
             "add ns/b 6 initial",
-            // b is unchanged (same resourceVersion): a resync, not sent to a listener without one
+            // b is unchanged (same resourceVersion): a same-version update, which every listener
+            // hears until a resync check marks it not syncing (client-go `addListener`)
+            "update ns/b 6->6",
             "add ns/c 19",
             "tombstone ns/a 5",
         ]
@@ -1265,7 +1267,7 @@ async fn relist_trace(mode: FifoMode) -> (Vec<String>, String) {
     let (rec, log) = recorder();
     inf.add_event_handler(rec).unwrap();
     inf.start();
-    let got = log_reaches(&log, 6).await;
+    let got = log_reaches(&log, 7).await;
     let rv = inf.last_store_sync_resource_version();
     inf.shutdown().await;
     (got, rv)
@@ -1280,8 +1282,10 @@ async fn a_relist_in_delta_fifo_mode_delivers_per_key_in_queue_order() {
             "add ns/a 5 initial",
             "add ns/b 6 initial",
             "add ns/d 7 initial",
-            // Replaced deltas in list order (b unchanged: a resync, not for this listener),
-            // then the tombstone of the known key the list lacks.
+            // Replaced deltas in list order (b unchanged: a same-version update, which reaches
+            // this listener since an informer without resync never marks it not syncing, as
+            // in client-go), then the tombstone of the known key the list lacks.
+            "update ns/b 6->6",
             "update ns/a 5->19",
             "add ns/c 20",
             "tombstone ns/d 7",
@@ -1300,8 +1304,9 @@ async fn a_relist_in_in_order_mode_replaces_the_store_then_tombstones_then_list_
             "add ns/b 6 initial",
             "add ns/d 7 initial",
             // client-go processReplacedAllInfo: deletions first, then updates and adds in list
-            // order (b unchanged: a resync, not for this listener).
+            // order (b unchanged: a same-version update, as in delta mode).
             "tombstone ns/d 7",
+            "update ns/b 6->6",
             "update ns/a 5->19",
             "add ns/c 20",
         ]

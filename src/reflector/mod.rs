@@ -351,11 +351,25 @@ where
         let store = self.store.clone();
         let period = self.config.resync_period;
         let should_resync = self.should_resync.clone();
-        let resync = resync_loop(store, period, should_resync);
+        // Which successful list the store reflects (`None` while a list is due or running):
+        // resyncs run only between a list and the next relist, each period counted from the
+        // list, as client-go's reflector starts `startResync` inside `ListAndWatch` after it has
+        // listed. Resyncing before the first list would make an informer synced with nothing.
+        let (listed, listed_rx) = tokio::sync::watch::channel((None::<u64>, Instant::now()));
+        let resync = resync_loop(store, period, should_resync, listed_rx);
         let steps = async {
             let mut state = State::List;
+            let mut lists = 0u64;
             loop {
+                let listing = matches!(state, State::List);
+                if listing {
+                    listed.send_replace((None, Instant::now()));
+                }
                 state = self.step(state).await;
+                if listing && !matches!(state, State::List | State::BackOff(_)) {
+                    lists += 1;
+                    listed.send_replace((Some(lists), Instant::now()));
+                }
             }
         };
         tokio::select! {
@@ -790,22 +804,44 @@ fn object_rv<K: Resource>(o: &K) -> String {
     o.meta().resource_version.clone().unwrap_or_default()
 }
 
-async fn resync_loop<K, S>(store: Arc<S>, period: Duration, should: Option<ShouldResync>)
-where
+async fn resync_loop<K, S>(
+    store: Arc<S>,
+    period: Duration,
+    should: Option<ShouldResync>,
+    mut listed: tokio::sync::watch::Receiver<(Option<u64>, Instant)>,
+) where
     S: ReflectorStore<K>,
 {
     if period.is_zero() {
         return futures::future::pending().await;
     }
     loop {
-        // Re-armed after each check, as client-go's `resyncChan`: the listeners' next-due times
-        // are set during the check, so a fixed-rate ticker would find them not quite due every
-        // other time and resync at twice the period.
-        tokio::time::sleep(period).await;
-        if should.as_ref().is_none_or(|f| f())
-            && let Err(e) = store.resync()
-        {
-            tracing::warn!(error = %e, "resync failed");
+        // Wait for a successful list; the period counts from it.
+        let Ok(generation) = listed.wait_for(|(g, _)| g.is_some()).await.map(|g| g.0) else {
+            return futures::future::pending().await;
+        };
+        loop {
+            // Re-armed after each check, as client-go's `resyncChan`: the listeners' next-due
+            // times are set during the check, so a fixed-rate ticker would find them not quite
+            // due every other time and resync at twice the period.
+            let deadline = Instant::now() + period;
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => {}
+                _ = listed.changed() => {}
+            }
+            let (now_listed, since) = *listed.borrow_and_update();
+            // A tick due before the relist began still counts (the two can be seen together,
+            // in either order); one that would come after it does not.
+            let due = Instant::now() >= deadline && (now_listed == generation || since >= deadline);
+            if due
+                && should.as_ref().is_none_or(|f| f())
+                && let Err(e) = store.resync()
+            {
+                tracing::warn!(error = %e, "resync failed");
+            }
+            if now_listed != generation {
+                break;
+            }
         }
     }
 }
