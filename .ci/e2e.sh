@@ -41,6 +41,14 @@ run_e2e() {
     # --include-ignored runs them here. One cluster per test; on 2 cores they are better started
     # one after the other.
     KUBE_INFORMER_E2E_BIN="$bin" cargo test --all-features --test e2e -- --include-ignored --test-threads=1
+    # The informer tests once more in the in-order FIFO mode (what client-go 1.36+ runs): the
+    # ones whose handler calls the two modes could deliver differently (relists, restarts,
+    # concurrent writes, CRDs, list-then-watch).
+    echo "e2e: informer tests again with KUBE_INFORMER_E2E_FIFO=in-order"
+    KUBE_INFORMER_E2E_FIFO=in-order KUBE_INFORMER_E2E_BIN="$bin" cargo test --all-features --test e2e -- \
+        --include-ignored --test-threads=1 \
+        typed_pod_and_config_map relist_after_expiry apiserver_is_killed ten_thousand \
+        custom_resource list_then_watch
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then

@@ -9,8 +9,32 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::{Client, Resource};
-use kube_informer::{DeltaObject, Event, ResourceEventHandlerFuncs, SharedIndexInformer};
+use kube_informer::{
+    DeltaObject, Event, FactoryConfig, FifoMode, InformerConfig, ResourceEventHandlerFuncs,
+    SharedIndexInformer,
+};
 use serde::de::DeserializeOwned;
+
+/// The FIFO mode the suite's informers run: `KUBE_INFORMER_E2E_FIFO=in-order` for
+/// [`FifoMode::InOrder`] (client-go 1.36+), else the default [`FifoMode::DeltaFifo`].
+/// `.ci/e2e.sh` runs the informer tests once in each.
+pub fn fifo_mode() -> FifoMode {
+    match std::env::var("KUBE_INFORMER_E2E_FIFO").as_deref() {
+        Ok("in-order") => FifoMode::InOrder,
+        Ok("delta" | "") | Err(_) => FifoMode::DeltaFifo,
+        Ok(other) => panic!("KUBE_INFORMER_E2E_FIFO={other}: expected in-order or delta"),
+    }
+}
+
+/// `InformerConfig::default()` in the suite's FIFO mode.
+pub fn informer_config() -> InformerConfig {
+    InformerConfig::default().fifo_mode(fifo_mode())
+}
+
+/// `FactoryConfig::default()` in the suite's FIFO mode.
+pub fn factory_config() -> FactoryConfig {
+    FactoryConfig::default().fifo_mode(fifo_mode())
+}
 
 /// How long any single step may take before the test is declared stuck. Generous: CI machines
 /// are slow and share their cores with the apiserver and etcd.

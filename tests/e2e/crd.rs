@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, ListParams, ObjectMeta, PostParams};
 use kube::core::Selector;
 use kube::{CustomResource, CustomResourceExt};
-use kube_informer::{FactoryConfig, SharedInformerFactory};
+use kube_informer::SharedInformerFactory;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -95,8 +95,10 @@ async fn custom_resource_typed_dynamic_and_metadata_informers_see_changes() {
     .await
     .expect("create widget");
 
-    let factory =
-        SharedInformerFactory::new(cluster.admin(), FactoryConfig::default().namespace(ns));
+    let factory = SharedInformerFactory::new(
+        cluster.admin(),
+        crate::common::factory_config().namespace(ns),
+    );
     let typed = factory.informer::<Widget>();
     let ar = ApiResource::erase::<Widget>(&());
     let dynamic = factory.dynamic_informer(&ar, true);

@@ -12,8 +12,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::Selector;
 use kube_informer::{
-    ApiListerWatcher, BackoffConfig, FactoryConfig, InformerConfig, ReflectorConfig,
-    SharedIndexInformer, SharedInformerFactory,
+    ApiListerWatcher, BackoffConfig, ReflectorConfig, SharedIndexInformer, SharedInformerFactory,
 };
 
 use crate::common::{
@@ -117,7 +116,7 @@ async fn relist_after_expiry_delivers_tombstones_for_objects_deleted_while_disco
     };
     let informer = SharedIndexInformer::new(
         ApiListerWatcher::new(Api::<ConfigMap>::namespaced(proxied, ns)),
-        InformerConfig::default().reflector(ReflectorConfig::default().backoff(backoff)),
+        crate::common::informer_config().reflector(ReflectorConfig::default().backoff(backoff)),
     );
     let errors = ErrorLog::attach(&informer);
     let events = Recorder::attach(&informer);
@@ -250,8 +249,10 @@ async fn informer_recovers_after_apiserver_is_killed_and_restarted_mid_watch() {
     let cms = config_maps_in(&cluster, ns).await;
     create_config_maps(&cms, (0..20).map(|i| format!("cm-{i}"))).await;
 
-    let factory =
-        SharedInformerFactory::new(cluster.admin(), FactoryConfig::default().namespace(ns));
+    let factory = SharedInformerFactory::new(
+        cluster.admin(),
+        crate::common::factory_config().namespace(ns),
+    );
     let informer = factory.informer::<ConfigMap>();
     let errors = ErrorLog::attach(&informer);
     let events = Recorder::attach(&informer);
@@ -344,8 +345,10 @@ async fn forbidden_informer_backs_off_then_syncs_once_rbac_grants_access() {
     let admin = cluster.admin();
     create_config_maps(&cms, (0..3).map(|i| format!("cm-{i}"))).await;
 
-    let factory =
-        SharedInformerFactory::new(cluster.restricted(), FactoryConfig::default().namespace(ns));
+    let factory = SharedInformerFactory::new(
+        cluster.restricted(),
+        crate::common::factory_config().namespace(ns),
+    );
     let informer = factory.informer::<ConfigMap>();
     let errors = ErrorLog::attach(&informer);
     factory.start();

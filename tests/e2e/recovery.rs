@@ -15,9 +15,7 @@ use kube::core::Selector;
 use kube_informer::reflector::{
     ItemSink, ListOptions, ListPage, ListSummary, ListWatchError, WatchOptions, WatchStream,
 };
-use kube_informer::{
-    ApiListerWatcher, BackoffConfig, InformerConfig, ListerWatcher, SharedIndexInformer,
-};
+use kube_informer::{ApiListerWatcher, BackoffConfig, ListerWatcher, SharedIndexInformer};
 
 use crate::common::{
     CONVERGE_TIMEOUT, ErrorLog, LoggedError, Recorder, Seen, config_map, config_maps_in,
@@ -177,7 +175,7 @@ async fn black_holed_watch_is_detected_and_re_established_within_two_minutes() {
             client_through(&cluster, &proxy),
             ns,
         )),
-        InformerConfig::default(),
+        crate::common::informer_config(),
     );
     let errors = ErrorLog::attach(&informer);
     let events = Recorder::attach(&informer);
@@ -271,7 +269,7 @@ async fn idle_watch_bookmark_cadence_and_no_false_dead_watch() {
 
     let informer = SharedIndexInformer::new(
         ApiListerWatcher::new(Api::<ConfigMap>::namespaced(cluster.admin(), ns)),
-        InformerConfig::default(),
+        crate::common::informer_config(),
     );
     let errors = ErrorLog::attach(&informer);
     informer.start();
@@ -373,7 +371,7 @@ async fn informer_relists_within_one_backoff_step_once_a_restarted_apiserver_is_
 
     let proxy = Proxy::start(cluster.apiserver_port()).await;
     let (lw, lists) = Timed::new(Api::namespaced(client_through(&cluster, &proxy), ns));
-    let informer = SharedIndexInformer::new(lw, InformerConfig::default());
+    let informer = SharedIndexInformer::new(lw, crate::common::informer_config());
     let errors = ErrorLog::attach(&informer);
     let events = Recorder::attach(&informer);
     informer.start();
@@ -461,7 +459,7 @@ async fn informer_recovers_within_the_pending_retry_after_an_apiserver_restart()
         create(&cms, &format!("cm-{i}")).await;
     }
     let (lw, lists) = Timed::new(Api::namespaced(cluster.admin(), ns));
-    let informer = SharedIndexInformer::new(lw, InformerConfig::default());
+    let informer = SharedIndexInformer::new(lw, crate::common::informer_config());
     let errors = ErrorLog::attach(&informer);
     let events = Recorder::attach(&informer);
     informer.start();

@@ -11,8 +11,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::Selector;
 use kube_informer::reflector::{ListOptions, ListPage, ListWatchError, WatchOptions, WatchStream};
 use kube_informer::{
-    ApiListerWatcher, Event, FactoryConfig, InformerConfig, ListerWatcher, ReflectorConfig,
-    SharedIndexInformer, SharedInformerFactory,
+    ApiListerWatcher, Event, ListerWatcher, ReflectorConfig, SharedIndexInformer,
+    SharedInformerFactory,
 };
 
 use crate::common::{
@@ -161,7 +161,7 @@ async fn streaming_initial_list_streams_from_the_real_server_without_list_reques
     let (lw, (lists, watches)) = counting(Api::namespaced(cluster.admin(), ns));
     let informer = SharedIndexInformer::new(
         lw,
-        InformerConfig::default().reflector(ReflectorConfig::default().streaming_list(true)),
+        crate::common::informer_config().reflector(ReflectorConfig::default().streaming_list(true)),
     );
     let errors = ErrorLog::attach(&informer);
     let mut events = informer.subscribe().expect("subscribe");
@@ -208,7 +208,7 @@ async fn streaming_initial_list_streams_from_the_real_server_without_list_reques
     // Through the factory as well: the same configuration, no fallback.
     let factory = SharedInformerFactory::new(
         cluster.admin(),
-        FactoryConfig::default()
+        crate::common::factory_config()
             .namespace(ns)
             .reflector(ReflectorConfig::default().streaming_list(true)),
     );
@@ -256,7 +256,7 @@ async fn list_then_watch_from_the_listed_resource_version() {
     let cms = populate(&cluster, ns).await;
 
     let (lw, (lists, watches)) = counting(Api::namespaced(cluster.admin(), ns));
-    let informer = SharedIndexInformer::new(lw, InformerConfig::default());
+    let informer = SharedIndexInformer::new(lw, crate::common::informer_config());
     let errors = ErrorLog::attach(&informer);
     let mut events = informer.subscribe().expect("subscribe");
     informer.start();
@@ -326,7 +326,7 @@ async fn expired_watch_timeouts_resume_from_the_last_version_without_relisting()
         let (lw, calls) = counting(Api::namespaced(cluster.admin(), ns));
         let informer = SharedIndexInformer::new(
             lw,
-            InformerConfig::default().reflector(short.clone().streaming_list(streaming)),
+            crate::common::informer_config().reflector(short.clone().streaming_list(streaming)),
         );
         let errors = ErrorLog::attach(&informer);
         let events = Recorder::attach(&informer);

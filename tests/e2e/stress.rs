@@ -7,7 +7,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::Selector;
-use kube_informer::{DeltaObject, FactoryConfig, ResourceEventHandler, SharedInformerFactory};
+use kube_informer::{DeltaObject, ResourceEventHandler, SharedInformerFactory};
 
 use crate::common::{
     CONVERGE_TIMEOUT, ErrorLog, Seen, config_map, config_maps_in, eventually, server_versions,
@@ -121,8 +121,10 @@ async fn ten_thousand_concurrent_writes_lose_no_update() {
     let ns = "stress";
     let cms = config_maps_in(&cluster, ns).await;
 
-    let factory =
-        SharedInformerFactory::new(cluster.admin(), FactoryConfig::default().namespace(ns));
+    let factory = SharedInformerFactory::new(
+        cluster.admin(),
+        crate::common::factory_config().namespace(ns),
+    );
     let informer = factory.informer::<ConfigMap>();
     let errors = ErrorLog::attach(&informer);
     let chains = ChainChecker::default();

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
 use kube::api::{Api, ObjectMeta, PartialObjectMeta, PostParams};
 use kube::core::Selector;
-use kube_informer::{FactoryConfig, SharedInformerFactory};
+use kube_informer::SharedInformerFactory;
 
 use crate::common::{
     Recorder, Seen, assert_create_update_delete_seen, config_map, create_namespace,
@@ -67,8 +67,10 @@ async fn typed_pod_and_config_map_informers_see_create_update_delete_and_listers
         .await
         .expect("create config map");
 
-    let factory =
-        SharedInformerFactory::new(cluster.admin(), FactoryConfig::default().namespace(ns));
+    let factory = SharedInformerFactory::new(
+        cluster.admin(),
+        crate::common::factory_config().namespace(ns),
+    );
     let pod_informer = factory.informer::<Pod>();
     let cm_informer = factory.informer::<ConfigMap>();
     let meta_informer = factory.metadata_informer::<ConfigMap>();
