@@ -26,7 +26,8 @@
 //! Schedules alternate between the two FIFO modes (`FifoMode::DeltaFifo` for even seeds,
 //! `FifoMode::InOrder` for odd ones); every check above holds in both.
 //!
-//! A failure prints its seed. Replay one schedule with
+//! A failure prints its seed (a panic that something caught, in a handler or a spawned task,
+//! prints the seeds of the schedules running at the time). Replay one schedule with
 //!
 //! ```text
 //! KUBE_INFORMER_CHAOS_SEED=<seed> cargo test --features testing --test chaos -- --nocapture
@@ -47,7 +48,7 @@
 mod informer_support;
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     panic::AssertUnwindSafe,
     sync::{
         Arc,
@@ -82,14 +83,21 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
-/// Every panic on any thread, so a panic swallowed by a handler thread still fails the test.
+/// Every panic on any thread, so a panic swallowed by a handler thread or a spawned task still
+/// fails the test.
 static PANICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The seeds of the schedules running now: a swallowed panic cannot tell which schedule it
+/// belongs to, so it names these, the candidates to replay.
+static RUNNING: Mutex<BTreeSet<u64>> = Mutex::new(BTreeSet::new());
 
 fn install_panic_recorder() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let thread = std::thread::current().name().unwrap_or("?").to_owned();
-        PANICS.lock().push(format!("thread {thread}: {info}"));
+        let running = RUNNING.lock().clone();
+        PANICS.lock().push(format!(
+            "thread {thread}, schedule seed(s) {running:?} running: {info}"
+        ));
         previous(info);
     }));
 }
@@ -97,7 +105,8 @@ fn install_panic_recorder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_schedules_keep_cache_and_handlers_equal_to_the_server() {
     install_panic_recorder();
-    let seeds: Vec<u64> = match env_u64("KUBE_INFORMER_CHAOS_SEED") {
+    let replay_one = env_u64("KUBE_INFORMER_CHAOS_SEED");
+    let seeds: Vec<u64> = match replay_one {
         Some(seed) => vec![seed],
         None => {
             let n = env_usize("KUBE_INFORMER_CHAOS_SCHEDULES").unwrap_or(DEFAULT_SCHEDULES);
@@ -122,11 +131,13 @@ async fn chaos_schedules_keep_cache_and_handlers_equal_to_the_server() {
             let Some(seed) = pending.next() else { break };
             let totals = totals.clone();
             running.push(tokio::spawn(async move {
+                RUNNING.lock().insert(seed);
                 let outcome = tokio::time::timeout(
                     Duration::from_secs(120),
                     AssertUnwindSafe(run_schedule(seed, &totals)).catch_unwind(),
                 )
                 .await;
+                RUNNING.lock().remove(&seed);
                 (seed, outcome)
             }));
         }
@@ -151,9 +162,15 @@ async fn chaos_schedules_keep_cache_and_handlers_equal_to_the_server() {
                  replay: KUBE_INFORMER_CHAOS_SEED={seed} cargo test --features testing --test chaos -- --nocapture"
             );
         }
+        // A panic that something caught (a handler's, a server or informer task's) did not fail
+        // its schedule: stop at once rather than after thousands more, and name the seeds.
+        let panics = PANICS.lock().clone();
+        assert!(
+            panics.is_empty(),
+            "panics during the run: {panics:#?}\n\
+             replay each seed named there: KUBE_INFORMER_CHAOS_SEED=<seed> cargo test --features testing --test chaos -- --nocapture"
+        );
     }
-    let panics = PANICS.lock().clone();
-    assert!(panics.is_empty(), "panics during the run: {panics:#?}");
     eprintln!(
         "chaos: {} schedules, {} writes, {} faults, {} watch errors reported, {} lists, \
          {} notifications checked ({} tombstones, {} resyncs) in {:?}",
@@ -167,8 +184,10 @@ async fn chaos_schedules_keep_cache_and_handlers_equal_to_the_server() {
         totals.resyncs.load(Ordering::Relaxed),
         started.elapsed()
     );
+    // A sanity check of the whole run, not of one schedule: some schedules draw only faults
+    // that report no watch error (bookmarks, compactions), so a replay of one seed skips it.
     assert!(
-        totals.errors.load(Ordering::Relaxed) > 0,
+        replay_one.is_some() || totals.errors.load(Ordering::Relaxed) > 0,
         "no fault ever reached the watch-error handler"
     );
 }

@@ -2,8 +2,9 @@
 //! libFuzzer: every seed of `fuzz/corpus/<target>/`, then random mutations of them.
 //!
 //! `FUZZ_ITERS` (mutations per target, default 3000) and `FUZZ_SEED` (default fixed, so a failure
-//! reproduces) tune the run; a failing input is written to `fuzz-failures/` under Cargo's target tmp dir before the
-//! panic is re-raised, ready to replay with `cargo fuzz run <target> <file>`.
+//! reproduces) tune the run; a failing input is written to `fuzz-failures/` under Cargo's target
+//! tmp dir before the panic is re-raised, ready to replay with
+//! `cargo fuzz run --dev --sanitizer none <target> <file>` (what `.ci/fuzz.sh` builds).
 
 use std::{
     fs,
