@@ -116,6 +116,12 @@ func main() {
 	out := fmt.Sprintf(" synced_s=%.4f cpu_sync_s=%.4f objects=%d", synced, cpuSync, len(inf.GetStore().ListKeys()))
 	switch *mode {
 	case "watch":
+		// Releases the replay server's watch events if it holds them (--gate-watch).
+		resp, err := http.Get("http://" + *addr + "/start-watch")
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
 		<-allDone
 		w, c := wall()-synced, cpu()-cpuSync
 		out += fmt.Sprintf(" watch_s=%.4f events_per_s=%.0f cpu_per_event_us=%.3f", w, float64(*events)/w, c/float64(*events)*1e6)

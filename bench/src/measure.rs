@@ -122,6 +122,9 @@ pub struct ClientArgs {
     pub strip: bool,
     /// A kubeconfig for a real cluster (S5); when set, `addr` is ignored.
     pub kubeconfig: Option<String>,
+    /// The informer's FIFO (`--fifo delta|in-order`, default `delta`); only `client-informer`
+    /// reads it.
+    pub fifo: kube_informer::FifoMode,
 }
 
 impl ClientArgs {
@@ -137,6 +140,11 @@ impl ClientArgs {
             changed: get("changed", "0").parse().expect("--changed"),
             strip: get("strip", "false") == "true",
             kubeconfig: a.get("kubeconfig").cloned(),
+            fifo: match get("fifo", "delta").as_str() {
+                "delta" => kube_informer::FifoMode::DeltaFifo,
+                "in-order" => kube_informer::FifoMode::InOrder,
+                other => panic!("--fifo {other}: expected delta or in-order"),
+            },
         }
     }
 }

@@ -1,8 +1,11 @@
 //! Runs every scenario against the replay server, each client in its own process, `--runs` times
 //! (clients interleaved so drift hits them all alike), and prints medians and ratios as Markdown.
 //!
-//! `bench-runner [--runs 5] [--only S1,S2,S3,S4] [--port 18080] [--bin DIR] [--go BIN]
+//! `bench-runner [--runs 5] [--only S1,S2,S3,S4,S2burst] [--port 18080] [--bin DIR] [--go BIN]
 //!               [--update PATH]`
+//!
+//! kube-informer runs in both FIFO modes; `S2` runs both the original S2 (one event per HTTP
+//! chunk) and its burst variant (1,000 events per chunk), `S2burst` only the latter.
 //!
 //! `--update` replaces the text between `<!-- results:begin -->` and `<!-- results:end -->` in
 //! PATH (BENCHMARKS.md) with the tables. `bench/run.sh` builds everything and calls this.
@@ -18,6 +21,9 @@ use kube_informer_bench::{http_get, parse_args};
 
 const FLOOR: &str = "serde_json floor";
 const INFORMER: &str = "kube-informer";
+/// Row labels of the crate's client in its two FIFO modes (`client-informer --fifo ...`).
+const INF_DELTA: &str = "kube-informer, DeltaFIFO";
+const INF_IN_ORDER: &str = "kube-informer, in-order";
 const RUNTIME: &str = "kube-runtime";
 const GO: &str = "client-go";
 
@@ -134,6 +140,41 @@ fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// `args` plus `--fifo delta|in-order`.
+fn fifo(args: &[String], mode: &str) -> Vec<String> {
+    let mut v = args.to_vec();
+    v.extend(strs(&["--fifo", mode]));
+    v
+}
+
+/// A table of the crate's two FIFO modes side by side: for each (what, DeltaFIFO row,
+/// in-order row) and each (column title, RESULT key, divisor), the two medians and in-order ÷
+/// DeltaFIFO.
+fn modes_table(
+    out: &mut String,
+    all: &BTreeMap<String, Samples>,
+    rows: &[(&str, &str, &str)],
+    metrics: &[(&str, &str, f64)],
+) {
+    out.push_str("\nkube-informer's two FIFO modes (in-order ÷ DeltaFIFO):\n\n| |");
+    for (title, _, _) in metrics {
+        out.push_str(&format!(" {title}: DeltaFIFO | in-order | ratio |"));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|---|---|".repeat(metrics.len()));
+    out.push('\n');
+    for (what, delta, in_order) in rows {
+        out.push_str(&format!("| {what} |"));
+        for (_, key, div) in metrics {
+            let (d, i) = (med(all, delta, key) / div, med(all, in_order, key) / div);
+            // MiB and events/s as integers, seconds and µs to three places.
+            let prec = if *div != 1.0 || d.abs() >= 1000.0 { 0 } else { 3 };
+            out.push_str(&format!(" {d:.prec$} | {i:.prec$} | {} |", ratio(i, d)));
+        }
+        out.push('\n');
+    }
+}
+
 fn ratio(a: f64, b: f64) -> String {
     if a.is_finite() && b.is_finite() && b != 0.0 {
         format!("{:.2}×", a / b)
@@ -149,13 +190,19 @@ fn s1(env: &Env, n: usize, out: &mut String) {
     let strip = strs(&["--mode", "sync", "--strip", "true"]);
     let clients = [
         (FLOOR, FLOOR, sync.clone()),
-        (INFORMER, INFORMER, sync.clone()),
+        (INF_DELTA, INFORMER, fifo(&sync, "delta")),
+        (INF_IN_ORDER, INFORMER, fifo(&sync, "in-order")),
         (RUNTIME, RUNTIME, sync.clone()),
         (GO, GO, sync.clone()),
         (
-            "kube-informer, strip managedFields",
+            "kube-informer, DeltaFIFO, strip managedFields",
             INFORMER,
-            strip.clone(),
+            fifo(&strip, "delta"),
+        ),
+        (
+            "kube-informer, in-order, strip managedFields",
+            INFORMER,
+            fifo(&strip, "in-order"),
         ),
         ("client-go, strip managedFields", GO, strip),
     ];
@@ -186,11 +233,44 @@ fn s1(env: &Env, n: usize, out: &mut String) {
         "\nThe floor's decode alone: {:.3} s CPU (the rest of its figure is the HTTP fetch).\n",
         med(&all, FLOOR, "decode_cpu_s")
     ));
+    modes_table(
+        out,
+        &all,
+        &[
+            ("as listed", INF_DELTA, INF_IN_ORDER),
+            (
+                "strip managedFields",
+                "kube-informer, DeltaFIFO, strip managedFields",
+                "kube-informer, in-order, strip managedFields",
+            ),
+        ],
+        &[
+            ("CPU to synced (s)", "cpu_sync_s", 1.0),
+            ("wall to synced (s)", "synced_s", 1.0),
+            ("peak RSS (MiB)", "hwm_kb", 1024.0),
+        ],
+    );
 }
 
-fn s2_s3(env: &Env, n: usize, m: usize, s3: bool, out: &mut String) {
-    eprintln!("S2/S3: {m} MODIFIED events after a list of {n}");
-    let _server = ServerProc::start(env, &["--pods", &n.to_string(), "--events", &m.to_string()]);
+/// S2 (and S3 with `s3`). `burst` is the replay server's events per HTTP chunk: 1 is the
+/// original S2 (one chunk per event), 1,000 the burst variant of issue #14 (S3 is only run
+/// with 1).
+fn s2_s3(env: &Env, n: usize, m: usize, burst: usize, s3: bool, out: &mut String) {
+    eprintln!("S2/S3: {m} MODIFIED events after a list of {n}, {burst} per chunk");
+    let _server = ServerProc::start(
+        env,
+        &[
+            "--pods",
+            &n.to_string(),
+            "--events",
+            &m.to_string(),
+            "--burst",
+            &burst.to_string(),
+            // The burst variant holds the events until the client is synced (see below).
+            "--gate-watch",
+            if burst == 1 { "false" } else { "true" },
+        ],
+    );
     let watch = |h: usize| {
         strs(&[
             "--mode",
@@ -202,24 +282,46 @@ fn s2_s3(env: &Env, n: usize, m: usize, s3: bool, out: &mut String) {
         ])
     };
     let mut clients = vec![
-        (INFORMER, INFORMER, watch(1)),
-        (RUNTIME, RUNTIME, watch(1)),
-        (GO, GO, watch(1)),
+        (INF_DELTA, INFORMER, fifo(&watch(1), "delta")),
+        (INF_IN_ORDER, INFORMER, fifo(&watch(1), "in-order")),
     ];
+    // kube-runtime has no FIFO: the burst variant leaves it out.
+    if burst == 1 {
+        clients.push((RUNTIME, RUNTIME, watch(1)));
+    }
+    clients.push((GO, GO, watch(1)));
+    let singles = clients.len();
     if s3 {
-        clients.push(("kube-informer, 8 handlers", INFORMER, watch(8)));
+        clients.push((
+            "kube-informer, DeltaFIFO, 8 handlers",
+            INFORMER,
+            fifo(&watch(8), "delta"),
+        ));
+        clients.push((
+            "kube-informer, in-order, 8 handlers",
+            INFORMER,
+            fifo(&watch(8), "in-order"),
+        ));
         clients.push(("client-go, 8 handlers", GO, watch(8)));
     }
     let all = measure(env, &clients);
+    let how = if burst == 1 {
+        "one event per HTTP chunk".to_owned()
+    } else {
+        format!(
+            "bursts of {burst} events per HTTP chunk, sent once the client is synced \
+             (`replay-server --burst {burst} --gate-watch true`)"
+        )
+    };
     out.push_str(&format!(
-        "\n### S2: watch throughput, M = {m} MODIFIED events (after a list of {n})\n\n| client | events/s to the handler | CPU per event (µs) | peak RSS (MiB) | events/s ÷ client-go | events/s ÷ kube-runtime | CPU/event ÷ client-go |\n|---|---|---|---|---|---|---|\n"
+        "\n### S2: watch throughput, M = {m} MODIFIED events (after a list of {n}), {how}\n\n| client | events/s to the handler | CPU per event (µs) | peak RSS (MiB) | events/s ÷ client-go | events/s ÷ kube-runtime | CPU/event ÷ client-go |\n|---|---|---|---|---|---|---|\n"
     ));
     let (go_eps, rt_eps, go_cpe) = (
         med(&all, GO, "events_per_s"),
         med(&all, RUNTIME, "events_per_s"),
         med(&all, GO, "cpu_per_event_us"),
     );
-    for (label, _, _) in clients.iter().take(3) {
+    for (label, _, _) in clients.iter().take(singles) {
         let eps = med(&all, label, "events_per_s");
         let cpe = med(&all, label, "cpu_per_event_us");
         out.push_str(&format!(
@@ -233,7 +335,8 @@ fn s2_s3(env: &Env, n: usize, m: usize, s3: bool, out: &mut String) {
     if s3 {
         out.push_str("\n### S3: fan-out, 1 versus 8 handlers on one informer\n\n| client | handlers | events/s (each handler) | CPU per watch event (µs) | CPU ÷ 1 handler | wall ÷ 1 handler |\n|---|---|---|---|---|---|\n");
         for (base, eight) in [
-            (INFORMER, "kube-informer, 8 handlers"),
+            (INF_DELTA, "kube-informer, DeltaFIFO, 8 handlers"),
+            (INF_IN_ORDER, "kube-informer, in-order, 8 handlers"),
             (GO, "client-go, 8 handlers"),
         ] {
             let (c1, c8) = (
@@ -250,6 +353,24 @@ fn s2_s3(env: &Env, n: usize, m: usize, s3: bool, out: &mut String) {
             ));
         }
     }
+    let mut rows = vec![("1 handler", INF_DELTA, INF_IN_ORDER)];
+    if s3 {
+        rows.push((
+            "8 handlers",
+            "kube-informer, DeltaFIFO, 8 handlers",
+            "kube-informer, in-order, 8 handlers",
+        ));
+    }
+    modes_table(
+        out,
+        &all,
+        &rows,
+        &[
+            ("events/s", "events_per_s", 1.0),
+            ("CPU per event (µs)", "cpu_per_event_us", 1.0),
+            ("peak RSS (MiB)", "hwm_kb", 1024.0),
+        ],
+    );
 }
 
 fn s4(env: &Env, n: usize, out: &mut String) {
@@ -267,7 +388,8 @@ fn s4(env: &Env, n: usize, out: &mut String) {
     );
     let args = strs(&["--mode", "relist", "--changed", &(n / 10).to_string()]);
     let clients = [
-        (INFORMER, INFORMER, args.clone()),
+        (INF_DELTA, INFORMER, fifo(&args, "delta")),
+        (INF_IN_ORDER, INFORMER, fifo(&args, "in-order")),
         (RUNTIME, RUNTIME, args.clone()),
         (GO, GO, args),
     ];
@@ -288,6 +410,16 @@ fn s4(env: &Env, n: usize, out: &mut String) {
             ratio(peak, go_peak),
         ));
     }
+    modes_table(
+        out,
+        &all,
+        &[("relist", INF_DELTA, INF_IN_ORDER)],
+        &[
+            ("steady RSS (MiB)", "steady_kb", 1024.0),
+            ("relist peak (MiB)", "hwm_kb", 1024.0),
+            ("relist wall (s)", "relist_s", 1.0),
+        ],
+    );
 }
 
 fn main() {
@@ -300,13 +432,16 @@ fn main() {
         port: get("port", "18080").parse().expect("--port"),
         runs: get("runs", "5").parse().expect("--runs"),
     };
-    let only = get("only", "S1,S2,S3,S4");
+    let only = get("only", "S1,S2,S3,S4,S2burst");
     let want = |s: &str| only.split(',').any(|o| o == s);
     let scale: f64 = get("scale", "1").parse().expect("--scale");
     let sz = |n: usize| ((n as f64 * scale) as usize).max(10);
 
     let mut out = format!(
-        "Medians of {} runs; each client in its own process; ratios are this row ÷ the named peer.\n",
+        "Medians of {} runs; each client in its own process; ratios are this row ÷ the named peer. \
+         kube-informer runs in both FIFO modes (`client-informer --fifo delta|in-order`); \
+         client-go v0.37.2 always runs in-order (RealFIFO: `InOrderInformers` GA, with \
+         `InOrderInformersBatchProcess` on by default), so its rows are in-order mode.\n",
         env.runs
     );
     if want("S1") {
@@ -314,7 +449,10 @@ fn main() {
         s1(&env, sz(50_000), &mut out);
     }
     if want("S2") || want("S3") {
-        s2_s3(&env, sz(10_000), sz(100_000), want("S3"), &mut out);
+        s2_s3(&env, sz(10_000), sz(100_000), 1, want("S3"), &mut out);
+    }
+    if want("S2") || want("S2burst") {
+        s2_s3(&env, sz(10_000), sz(100_000), 1000, false, &mut out);
     }
     if want("S4") {
         s4(&env, sz(50_000), &mut out);

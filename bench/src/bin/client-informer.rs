@@ -1,4 +1,5 @@
-//! Benchmark client: this crate's `SharedIndexInformer<Pod>` with no-op counting handlers.
+//! Benchmark client: this crate's `SharedIndexInformer<Pod>` with no-op counting handlers, in
+//! either FIFO mode (`--fifo delta|in-order`).
 //! See `kube_informer_bench::measure::ClientArgs` for the options and `bench-runner` for the
 //! scenarios.
 
@@ -27,7 +28,7 @@ async fn main() {
         None => kube_client(&args.addr),
     };
     let lw = ApiListerWatcher::new(Api::<Pod>::all(client));
-    let informer = SharedIndexInformer::new(lw, InformerConfig::default());
+    let informer = SharedIndexInformer::new(lw, InformerConfig::default().fifo_mode(args.fifo));
     if args.strip {
         informer
             .set_transform(kube_informer::strip_managed_fields_transform())
@@ -84,8 +85,11 @@ async fn main() {
     }
     let synced = meter.put_synced();
     meter.put("objects", informer.indexer().len());
+    meter.put("in_order", u8::from(informer.fifo_mode() == kube_informer::FifoMode::InOrder));
     match args.mode.as_str() {
         "watch" => {
+            // Releases the replay server's watch events if it holds them (`--gate-watch`).
+            http_get(&args.addr, "/start-watch").expect("start watch");
             all_done.notified().await;
             meter.put_watch(args.events, synced);
         }

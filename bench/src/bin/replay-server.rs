@@ -7,15 +7,19 @@
 //!   resourceVersion `LIST_RV` (list A) or, after `/relist`, `RELIST_RV` (list B, where every
 //!   10th pod — `--changed-every` — has a new resourceVersion).
 //! - `GET /api/v1/pods?watch=true&resourceVersion=X`: with `--relist` off, the events after X (event
-//!   k has resourceVersion `LIST_RV + 1 + k` and modifies pod `k % N`), one per chunk, then the
+//!   k has resourceVersion `LIST_RV + 1 + k` and modifies pod `k % N`), one per chunk (with
+//!   `--burst B`, B events per chunk: each burst is one write of B lines back to back, so a
+//!   client that decodes a chunk's events before yielding queues them together), then the
 //!   stream stays open and idle. With `--relist` on, a watch from list A waits for `/relist`, then
 //!   sends a 410 `Expired` ERROR event and ends, so every client relists; a watch from list B
 //!   stays idle.
+//! - `--gate-watch true`: the events of a watch from list A wait for `GET /start-watch`, which
+//!   clients send once synced (without it the endpoint only records the call).
 //! - `GET /relist` switches to list B; `GET /reset` back to list A (the runner calls it before
 //!   each client run).
 //!
-//! Usage: `replay-server --port P --pods N [--events M] [--relist true] [--changed-every 10]
-//! [--managed-fields false]`;
+//! Usage: `replay-server --port P --pods N [--events M] [--burst 1] [--gate-watch false] [--relist true]
+//! [--changed-every 10] [--managed-fields false]`;
 //! prints `LISTENING <addr>` once every body is encoded.
 
 use std::{convert::Infallible, sync::Arc};
@@ -38,6 +42,13 @@ struct Server {
     events: Bytes,
     offsets: Vec<usize>,
     relist_mode: bool,
+    /// Watch events per HTTP chunk (`--burst`, default 1).
+    burst: usize,
+    /// With `--gate-watch true`, the watch events wait for `GET /start-watch` (which the
+    /// clients send once synced), so none is decoded before the sync point the watch figures
+    /// are timed from.
+    gate_watch: bool,
+    started: watch::Sender<bool>,
     phase_b: watch::Sender<bool>,
 }
 
@@ -65,8 +76,13 @@ impl Server {
         let path = req.uri().path();
         let query = req.uri().query().unwrap_or("");
         match path {
+            "/start-watch" => {
+                self.started.send_replace(true);
+                return full(StatusCode::OK, "ok");
+            }
             "/reset" => {
                 self.phase_b.send_replace(false);
+                self.started.send_replace(false);
                 return full(StatusCode::OK, "ok");
             }
             "/relist" => {
@@ -101,13 +117,25 @@ impl Server {
             let first = rv.saturating_sub(LIST_RV) as usize;
             let me = self.clone();
             let n = self.offsets.len().saturating_sub(1);
-            futures::stream::iter((first.min(n)..n).map(move |k| {
+            let burst = self.burst;
+            let events = futures::stream::iter((first.min(n)..n).step_by(burst).map(move |k| {
+                let end = (k + burst).min(n);
                 Ok(Frame::data(
-                    me.events.slice(me.offsets[k]..me.offsets[k + 1]),
+                    me.events.slice(me.offsets[k]..me.offsets[end]),
                 ))
-            }))
-            .chain(idle())
-            .boxed()
+            }));
+            if self.gate_watch {
+                let mut started = self.started.subscribe();
+                futures::stream::once(async move {
+                    let _ = started.wait_for(|s| *s).await;
+                })
+                .filter_map(|()| async { None })
+                .chain(events)
+                .chain(idle())
+                .boxed()
+            } else {
+                events.chain(idle()).boxed()
+            }
         };
         Response::builder()
             .header(http::header::CONTENT_TYPE, "application/json")
@@ -125,6 +153,9 @@ fn main() {
     let seed: u64 = get("seed", "42").parse().expect("--seed");
     let relist_mode = get("relist", "false") == "true";
     let changed_every: usize = get("changed-every", "10").parse().expect("--changed-every");
+    let burst: usize = get("burst", "1").parse().expect("--burst");
+    assert!(burst > 0, "--burst must be at least 1");
+    let gate_watch = get("gate-watch", "false") == "true";
 
     let managed = get("managed-fields", "true") == "true";
     let fixture = Fixture::with_managed_fields(seed, pods, managed);
@@ -151,6 +182,9 @@ fn main() {
         events: Bytes::from(buf),
         offsets,
         relist_mode,
+        burst,
+        gate_watch,
+        started: watch::channel(false).0,
         phase_b: watch::channel(false).0,
     });
     eprintln!(
