@@ -120,8 +120,8 @@ pub use lister::{Lister, NamespaceLister};
 pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
 pub use selector::parse_label_selector;
 pub use store::{
-    IndexError, IndexFn, Indexer, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey, StoreOp, key_of,
-    namespace_index_fn, split_key,
+    Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey, StoreOp,
+    key_of, namespace_index_fn, split_key,
 };
 pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};
 pub use workqueue::{

@@ -31,7 +31,7 @@ use crate::{
     fifo::{DeltaFifo, DeltaObject, DeltaType, Deltas, InOrderFifo, KnownObjects, TransformFn},
     lister::Lister,
     reflector::{ListerWatcher, Reflector, ReflectorConfig, ReflectorStatus, WatchErrorHandler},
-    store::{IndexError, Indexer, Indexers, key_of},
+    store::{Cache, IndexError, Indexer, Indexers, key_of},
 };
 
 /// client-go `minimumResyncPeriod`: shorter requested periods are raised to this.
@@ -536,14 +536,20 @@ where
         Ok(())
     }
 
-    /// The cache (client-go `GetIndexer`).
-    pub fn indexer(&self) -> Indexer<K> {
-        self.inner.indexer.clone()
+    /// A read-only handle on the cache (client-go `GetIndexer`).
+    ///
+    /// The informer keeps the writable [`Indexer`] to itself: only its own event processing
+    /// changes the cache, so what handlers and listers read is what the API server sent.
+    /// Add indices with [`add_indexers`](Self::add_indexers).
+    #[doc(alias = "get_indexer")]
+    #[doc(alias = "get_store")]
+    pub fn indexer(&self) -> Cache<K> {
+        self.inner.indexer.reader()
     }
 
     /// A lister over the cache.
     pub fn lister(&self) -> Lister<K> {
-        Lister::new(self.inner.indexer.clone())
+        Lister::new(self.inner.indexer.reader())
     }
 
     /// True once the initial list has been fully delivered into the cache.

@@ -200,6 +200,13 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         }
     }
 
+    /// A read-only handle on this store, sharing its content: hand it to code that must read
+    /// the cache but never change it (what [`SharedIndexInformer::indexer`](crate::SharedIndexInformer::indexer)
+    /// gives out).
+    pub fn reader(&self) -> super::Cache<K> {
+        super::Cache::from(self)
+    }
+
     /// Reports the store's resourceVersion to `metric` from now on.
     pub(crate) fn set_resource_version_metric(
         &self,
