@@ -24,6 +24,7 @@
 //! - [`lister`]: typed reads, by namespace from the namespace index.
 //! - [`workqueue`]: dedup'ing, rate-limited work queues.
 //! - `testing` (feature): an in-process fake API server for tests.
+//! - `runtime` (feature): conversions between [`ObjectKey`] and kube-runtime's `ObjectRef`.
 //! - `prometheus` (feature): workqueue and informer metrics exported to Prometheus under
 //!   client-go's names and labels.
 //!
@@ -53,7 +54,7 @@
 //! let q = queue.clone();
 //! factory.informer::<ConfigMap>().add_event_handler(
 //!     ResourceEventHandlerFuncs::new()
-//!         .on_add(move |cm: &Arc<ConfigMap>, _initial| { let _ = q.add(key_of(&**cm).unwrap()); }),
+//!         .on_add(move |cm: &Arc<ConfigMap>, _initial| { let _ = q.add(key_of(cm).unwrap()); }),
 //! )?;
 //! factory.start();
 //! factory.wait_for_cache_sync().await;
@@ -120,8 +121,8 @@ pub use lister::{Lister, NamespaceLister};
 pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
 pub use selector::parse_label_selector;
 pub use store::{
-    Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey, StoreOp,
-    key_of, namespace_index_fn, split_key,
+    Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource, NAMESPACE_INDEX, ObjectKey,
+    StoreOp, key_of, namespace_index_fn, split_key,
 };
 pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};
 pub use workqueue::{

@@ -962,7 +962,7 @@ where
                 DeltaType::Deleted => {
                     let key = match &d.object {
                         DeltaObject::DeletedFinalStateUnknown(t) => Ok(t.key.clone()),
-                        DeltaObject::Object(o) => key_of(&**o),
+                        DeltaObject::Object(o) => key_of(o),
                     };
                     match key {
                         Ok(k) => {

@@ -11,5 +11,5 @@ mod thread_safe;
 
 pub use cache::Cache;
 pub use index::{IndexError, IndexFn, Indexers, NAMESPACE_INDEX, namespace_index_fn};
-pub use key::{KeyError, ObjectKey, key_of, split_key};
+pub use key::{KeyError, KeySource, ObjectKey, key_of, split_key};
 pub use thread_safe::{Indexer, StoreOp};

@@ -314,7 +314,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     ) -> Result<(), KeyError> {
         let keys = objs
             .iter()
-            .map(|obj| key_of(&**obj))
+            .map(|obj| key_of(obj))
             .collect::<Result<Vec<_>, _>>()?;
         let mut fresh = Inner {
             items: HashMap::with_capacity(objs.len()),
