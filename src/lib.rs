@@ -112,8 +112,11 @@ pub use fifo::{
     DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
     InOrderDelta, InOrderFifo, KnownObjects, TransformFn,
 };
+/// One notification to a handler or subscriber ([`informer::Event`]), renamed at the root so that
+/// it does not clash with Kubernetes' own `Event` type in user code.
+pub use informer::Event as InformerEvent;
 pub use informer::{
-    Event, EventStream, FifoMode, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
+    EventStream, FifoMode, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
     InformerError, InformerId, InformerMetricsProvider, Lifecycle, ResourceEventHandler,
     ResourceEventHandlerFuncs, ResourceEventHandlerRegistration, SharedIndexInformer,
 };

@@ -407,3 +407,27 @@ async fn named_informers_report_client_go_metrics_with_their_labels() {
     }
     factory.shutdown().await;
 }
+
+/// The root re-export is `InformerEvent`, so it sits next to Kubernetes' own `Event` in one
+/// import list without a rename.
+#[tokio::test]
+async fn informer_events_do_not_clash_with_kubernetes_events() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Event;
+    use kube_informer::InformerEvent;
+
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let mut events = factory.informer::<ConfigMap>().subscribe().unwrap();
+    factory.start();
+    server.create(&cm("ns", "a", &[])).unwrap();
+    match within("the add", events.next()).await {
+        Some(InformerEvent::Add { obj, .. }) => {
+            assert_eq!(obj.metadata.name.as_deref(), Some("a"))
+        }
+        other => panic!("expected an add, got {other:?}"),
+    }
+    let k8s_event = Event::default();
+    assert!(k8s_event.metadata.name.is_none());
+    factory.shutdown().await;
+}
