@@ -125,7 +125,7 @@ pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, R
 pub use selector::parse_label_selector;
 pub use store::{
     Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource, NAMESPACE_INDEX, ObjectKey,
-    StoreOp, key_of, namespace_index_fn, split_key,
+    StoreOp, index_fn, key_of, namespace_index_fn, split_key,
 };
 pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};
 pub use workqueue::{

@@ -431,3 +431,50 @@ async fn informer_events_do_not_clash_with_kubernetes_events() {
     assert!(k8s_event.metadata.name.is_none());
     factory.shutdown().await;
 }
+
+/// `index_by` indexes by a field without building a map of `Arc<dyn Fn>`, before and after start.
+#[tokio::test]
+async fn index_by_a_field_before_and_after_start() {
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server.create(&cm("ns", "a", &[("app", "web")])).unwrap();
+    server.create(&cm("ns", "b", &[("app", "db")])).unwrap();
+    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let informer = factory.informer::<ConfigMap>();
+    informer
+        .index_by("app", |c: &ConfigMap| {
+            c.metadata.labels.as_ref()?.get("app").cloned()
+        })
+        .unwrap();
+    factory.start();
+    within("sync", factory.wait_for_cache_sync()).await;
+    let names = |objs: Vec<Arc<ConfigMap>>| -> Vec<String> {
+        objs.iter()
+            .map(|o| o.metadata.name.clone().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        names(informer.indexer().by_index("app", "web").unwrap()),
+        ["a"]
+    );
+    // After start, existing objects are indexed at once.
+    informer
+        .index_by("name-len", |c: &ConfigMap| {
+            [c.metadata
+                .name
+                .as_deref()
+                .unwrap_or_default()
+                .len()
+                .to_string()]
+        })
+        .unwrap();
+    assert_eq!(
+        informer.indexer().by_index("name-len", "1").unwrap().len(),
+        2
+    );
+    assert!(
+        informer
+            .index_by("app", |_: &ConfigMap| None::<String>)
+            .is_err()
+    );
+    factory.shutdown().await;
+}

@@ -507,6 +507,42 @@ where
         Ok(())
     }
 
+    /// Adds one index named `name` whose values come from `values`, before or after start
+    /// (controller-runtime's `IndexField`; the one-index form of
+    /// [`add_indexers`](Self::add_indexers), see [`index_fn`](crate::index_fn) for what
+    /// `values` may return).
+    ///
+    /// ```
+    /// # use kube_informer::{FactoryConfig, SharedInformerFactory, testing::FakeApiServer};
+    /// use k8s_openapi::api::core::v1::Pod;
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// # let server = FakeApiServer::start_with_core().await?;
+    /// # let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    /// let pods = factory.informer::<Pod>();
+    /// pods.index_by("node", |pod: &Pod| pod.spec.as_ref()?.node_name.clone())?;
+    /// // Later, in a worker:
+    /// let on_node = pods.indexer().by_index("node", "node-1")?;
+    /// # assert!(on_node.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Index`] for a name already in use.
+    pub fn index_by<I>(
+        &self,
+        name: impl Into<String>,
+        values: impl Fn(&K) -> I + Send + Sync + 'static,
+    ) -> Result<(), InformerError>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.add_indexers(Indexers::from([(name.into(), crate::index_fn(values))]))
+    }
+
     /// Sets a transform applied to each object before it is cached (for example
     /// [`strip_managed_fields`](crate::strip_managed_fields)).
     ///
@@ -540,7 +576,7 @@ where
     ///
     /// The informer keeps the writable [`Indexer`] to itself: only its own event processing
     /// changes the cache, so what handlers and listers read is what the API server sent.
-    /// Add indices with [`add_indexers`](Self::add_indexers).
+    /// Add indices with [`index_by`](Self::index_by) or [`add_indexers`](Self::add_indexers).
     #[doc(alias = "get_indexer")]
     #[doc(alias = "get_store")]
     pub fn indexer(&self) -> Cache<K> {

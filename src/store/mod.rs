@@ -10,6 +10,6 @@ mod key;
 mod thread_safe;
 
 pub use cache::Cache;
-pub use index::{IndexError, IndexFn, Indexers, NAMESPACE_INDEX, namespace_index_fn};
+pub use index::{IndexError, IndexFn, Indexers, NAMESPACE_INDEX, index_fn, namespace_index_fn};
 pub use key::{KeyError, KeySource, ObjectKey, key_of, split_key};
 pub use thread_safe::{Indexer, StoreOp};

@@ -528,6 +528,42 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         Ok(())
     }
 
+    /// Registers one index named `name` whose values come from `values` (an
+    /// [`index_fn`](super::index_fn)), indexing the objects already stored: the
+    /// one-index form of [`add_indexers`](Self::add_indexers), without building the map.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kube::api::ObjectMeta;
+    /// use kube_informer::Indexer;
+    ///
+    /// let store = Indexer::<ConfigMap>::new();
+    /// // ConfigMaps by each of their data keys.
+    /// store.index_by("data-key", |cm: &ConfigMap| cm.data.iter().flatten().map(|(k, _)| k.clone()).collect::<Vec<_>>()).unwrap();
+    /// store.add(Arc::new(ConfigMap {
+    ///     metadata: ObjectMeta { name: Some("a".into()), ..Default::default() },
+    ///     data: Some([("port".to_owned(), "80".to_owned())].into()),
+    ///     ..Default::default()
+    /// })).unwrap();
+    /// assert_eq!(store.by_index("data-key", "port").unwrap().len(), 1);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`IndexError::DuplicateIndex`] if `name` is already registered.
+    pub fn index_by<I>(
+        &self,
+        name: impl Into<String>,
+        values: impl Fn(&K) -> I + Send + Sync + 'static,
+    ) -> Result<(), IndexError>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.add_indexers(Indexers::from([(name.into(), super::index_fn(values))]))
+    }
+
     /// Calls `f` with every stored key and object under one read lock; `f` must not call back
     /// into this store with a write.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&ObjectKey, &Arc<K>)) {
@@ -749,6 +785,45 @@ mod tests {
         let mut names = store.indexers();
         names.sort();
         assert_eq!(names, ["label", NAMESPACE_INDEX]);
+    }
+
+    #[test]
+    fn index_by_takes_any_iterable_of_values_and_indexes_what_is_stored() {
+        let store = Indexer::new();
+        store.add(cm("ns", "a", &["x", "y"])).unwrap();
+        store.add(cm("ns", "b", &[])).unwrap();
+        // One value or none: an `Option`.
+        store
+            .index_by("first-label", |c: &ConfigMap| {
+                c.metadata.labels.as_ref()?.keys().next().cloned()
+            })
+            .unwrap();
+        // Many values: an iterator of `&str`-convertible items.
+        store
+            .index_by("labels", |c: &ConfigMap| {
+                c.metadata
+                    .labels
+                    .clone()
+                    .unwrap_or_default()
+                    .into_keys()
+                    .collect::<Vec<_>>()
+            })
+            .unwrap();
+        assert_eq!(
+            sorted(store.index_keys("first-label", "x").unwrap()),
+            ["ns/a"]
+        );
+        assert_eq!(sorted(store.index_keys("labels", "y").unwrap()), ["ns/a"]);
+        assert_eq!(store.list_index_func_values("first-label"), ["x"]);
+        store.add(cm("ns", "b", &["y"])).unwrap();
+        assert_eq!(
+            sorted(store.index_keys("labels", "y").unwrap()),
+            ["ns/a", "ns/b"]
+        );
+        assert_eq!(
+            store.index_by("labels", |_: &ConfigMap| None::<String>),
+            Err(IndexError::DuplicateIndex("labels".into()))
+        );
     }
 
     #[test]
