@@ -13,6 +13,7 @@ use futures::{FutureExt, future::BoxFuture};
 use kube::{
     Client, Resource,
     api::{ApiResource, DynamicObject, PartialObjectMeta},
+    discovery::Scope,
 };
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
@@ -23,6 +24,7 @@ use crate::{
     },
     lister::Lister,
     reflector::{ApiListerWatcher, ReflectorConfig},
+    selector::SelectorArg,
     transform::{MetaTransformFn, meta_transform},
 };
 
@@ -83,17 +85,19 @@ impl FactoryConfig {
         self
     }
 
-    /// Sets [`Self::label_selector`].
+    /// Sets [`Self::label_selector`], from a string or kube's typed `Selector`/`Expression`
+    /// (see [`SelectorArg`]); an empty selector selects everything and sets none.
     #[must_use]
-    pub fn labels(mut self, selector: impl Into<String>) -> Self {
-        self.label_selector = Some(selector.into());
+    pub fn labels(mut self, selector: impl SelectorArg) -> Self {
+        self.label_selector = Some(selector.into_selector_string()).filter(|s| !s.is_empty());
         self
     }
 
-    /// Sets [`Self::field_selector`].
+    /// Sets [`Self::field_selector`], from a string or kube's typed `Selector`/`Expression`
+    /// (see [`SelectorArg`]); an empty selector selects everything and sets none.
     #[must_use]
-    pub fn fields(mut self, selector: impl Into<String>) -> Self {
-        self.field_selector = Some(selector.into());
+    pub fn fields(mut self, selector: impl SelectorArg) -> Self {
+        self.field_selector = Some(selector.into_selector_string()).filter(|s| !s.is_empty());
         self
     }
 
@@ -455,13 +459,14 @@ impl SharedInformerFactory {
     }
 
     /// A dynamic informer for the resource `ar` (for kinds known only at run time, such as
-    /// custom resources without Rust types). `namespaced` tells whether the resource is
-    /// namespaced (from discovery).
+    /// custom resources without Rust types). `scope` is the resource's, from discovery
+    /// (`ApiCapabilities::scope`): a cluster-scoped resource ignores the factory's namespace.
     pub fn dynamic_informer(
         &self,
         ar: &ApiResource,
-        namespaced: bool,
+        scope: &Scope,
     ) -> SharedIndexInformer<DynamicObject> {
+        let namespaced = matches!(scope, Scope::Namespaced);
         let url = DynamicObject::url_path(ar, self.namespace_for(namespaced));
         let name = format!("{}/{}/{}", ar.group, ar.version, ar.plural);
         let gvr = [ar.group.clone(), ar.version.clone(), ar.plural.clone()];

@@ -122,7 +122,7 @@ pub use informer::{
 };
 pub use lister::{Lister, NamespaceLister};
 pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
-pub use selector::parse_label_selector;
+pub use selector::{SelectorArg, parse_label_selector};
 pub use store::{
     Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource, NAMESPACE_INDEX, ObjectKey,
     StoreOp, index_fn, key_of, namespace_index_fn, split_key,
