@@ -478,10 +478,24 @@ impl SharedInformerFactory {
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime.
+    /// Outside a tokio runtime; [`try_start`](Self::try_start) returns an error instead.
     pub fn start(&self) {
+        self.try_start()
+            .unwrap_or_else(|e| panic!("SharedInformerFactory::start: {e}"));
+    }
+
+    /// [`start`](Self::start) that reports a missing runtime instead of panicking; no informer
+    /// is started then.
+    ///
+    /// # Errors
+    ///
+    /// [`NoRuntime`](crate::NoRuntime) outside a Tokio runtime.
+    pub fn try_start(&self) -> Result<(), crate::NoRuntime> {
+        // Checked once up front: each informer's `start` spawns on this same runtime, so none
+        // can fail half-way through the loop.
+        crate::current_runtime()?;
         if *self.inner.shut_down.lock() {
-            return;
+            return Ok(());
         }
         for e in self.inner.informers.lock().values_mut() {
             if !e.started {
@@ -489,6 +503,7 @@ impl SharedInformerFactory {
                 e.started = true;
             }
         }
+        Ok(())
     }
 
     /// Waits until every started informer has synced (client-go `WaitForCacheSync`); the map

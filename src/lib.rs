@@ -98,6 +98,69 @@ pub mod workqueue;
 #[cfg(test)]
 mod testutil;
 
+/// A constructor or `start` that spawns a task was called outside a Tokio runtime (returned by
+/// the `try_` forms: [`DelayingQueue::try_new`], [`RateLimitingQueue::try_new`],
+/// [`SharedIndexInformer::try_start`], [`SharedInformerFactory::try_start`]).
+///
+/// Each of those also has a form that hands the task back for the caller to run instead of
+/// spawning it ([`DelayingQueue::pair`], [`RateLimitingQueue::pair`],
+/// [`SharedIndexInformer::run`]).
+#[derive(Debug, thiserror::Error)]
+#[error("called outside a Tokio runtime, where the task it needs cannot be spawned")]
+pub struct NoRuntime {
+    #[source]
+    source: tokio::runtime::TryCurrentError,
+}
+
+/// The current runtime's handle, or why there is none.
+pub(crate) fn current_runtime() -> Result<tokio::runtime::Handle, NoRuntime> {
+    tokio::runtime::Handle::try_current().map_err(|source| NoRuntime { source })
+}
+
+#[cfg(test)]
+mod no_runtime_tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    #[test]
+    fn the_try_forms_report_a_missing_runtime_and_the_others_panic() {
+        assert!(DelayingQueue::<u32>::try_new().is_err());
+        assert!(RateLimitingQueue::<u32>::try_new().is_err());
+        let err = DelayingQueue::<u32>::try_with_config(Default::default()).unwrap_err();
+        assert!(err.to_string().contains("outside a Tokio runtime"), "{err}");
+        assert!(std::error::Error::source(&err).is_some());
+        assert!(std::panic::catch_unwind(DelayingQueue::<u32>::new).is_err());
+        assert!(std::panic::catch_unwind(RateLimitingQueue::<u32>::new).is_err());
+    }
+
+    #[test]
+    fn informers_and_factories_do_not_start_outside_a_runtime() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (server, factory, informer) = rt.block_on(async {
+            let server = testing::FakeApiServer::start_with_core().await.unwrap();
+            let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+            let informer = factory.informer::<ConfigMap>();
+            (server, factory, informer)
+        });
+        assert!(informer.try_start().is_err());
+        assert!(factory.try_start().is_err());
+        assert!(!informer.is_started());
+        // Inside the runtime the same calls start them, and nothing was half-started before.
+        rt.block_on(async {
+            factory.try_start().unwrap();
+            tokio::time::timeout(Duration::from_secs(20), factory.wait_for_cache_sync())
+                .await
+                .expect("sync: likely deadlocked");
+            assert!(informer.has_synced());
+            factory.shutdown().await;
+        });
+        drop(server);
+    }
+}
+
 /// The message of a caught panic, for logs and errors.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic

@@ -688,14 +688,28 @@ where
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime.
+    /// Outside a tokio runtime; [`try_start`](Self::try_start) returns an error instead.
     pub fn start(&self) {
+        self.try_start()
+            .unwrap_or_else(|e| panic!("SharedIndexInformer::start: {e}"));
+    }
+
+    /// [`start`](Self::start) that reports a missing runtime instead of panicking; the
+    /// informer is then left unstarted.
+    ///
+    /// # Errors
+    ///
+    /// [`NoRuntime`](crate::NoRuntime) outside a Tokio runtime (even if it had already started:
+    /// the check comes first).
+    pub fn try_start(&self) -> Result<(), crate::NoRuntime> {
+        let runtime = crate::current_runtime()?;
         let mut st = self.inner.state.lock();
         if st.started || st.task.is_some() || self.inner.stop_requested() {
-            return;
+            return Ok(());
         }
         let me = self.clone();
-        st.task = Some(tokio::spawn(async move { me.run().await }));
+        st.task = Some(runtime.spawn(async move { me.run().await }));
+        Ok(())
     }
 
     /// Runs the informer until [`shutdown`](Self::shutdown) is called: the reflector lists and
