@@ -70,7 +70,10 @@ where
         self.indexer.get_by_key(key)
     }
 
-    /// A cluster-scoped object by name.
+    /// A cluster-scoped object by name (client-go's cluster-scoped `Lister.Get(name)`); for a
+    /// cluster-scoped object the key is the name, so this is an alias of
+    /// [`get_by_key`](Self::get_by_key). For a namespaced object use
+    /// [`namespaced(ns).get(name)`](NamespaceLister::get).
     pub fn get(&self, name: &str) -> Option<Arc<K>> {
         self.indexer.get_by_key(name)
     }

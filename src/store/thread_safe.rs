@@ -17,6 +17,9 @@ use super::{
 /// A thread-safe store of `Arc<K>` keyed by [`ObjectKey`], with named indices
 /// (client-go's `cache.Indexer` over a `ThreadSafeStore`).
 ///
+/// Client-go's `Resync` is not here: on a store it does nothing (the informer's resync goes
+/// through its FIFO).
+///
 /// Cloning is cheap: clones share the same store. Readers never copy objects, they get the
 /// `Arc` the informer stored.
 ///
@@ -239,7 +242,9 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         Ok(())
     }
 
-    /// Stores `obj` under its key; the same as [`Indexer::add`], as in client-go.
+    /// An alias of [`add`](Self::add), for client-go users looking for `Update`: a store keyed
+    /// by object has no difference between the two (client-go's `threadSafeMap.Update` is its
+    /// `Add` as well).
     ///
     /// # Errors
     ///
@@ -417,10 +422,6 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             })
             .collect()
     }
-
-    /// Does nothing: a thread-safe store has nothing to resync (client-go `threadSafeMap.Resync`).
-    /// The informer's resync goes through the DeltaFIFO instead.
-    pub fn resync(&self) {}
 
     /// Stores `obj` under `key` (which the caller has computed with [`key_of`]) and returns the
     /// object it replaced: the informer's hot path, one lock and one hash lookup.
@@ -855,11 +856,25 @@ mod tests {
     }
 
     #[test]
-    fn resync_is_a_no_op() {
+    fn update_is_add() {
         let store = Indexer::new();
-        store.add(cm("ns", "a", &[])).unwrap();
-        store.resync();
+        store.add(cm("ns", "a", &["x"])).unwrap();
+        store.update(cm("ns", "a", &["y"])).unwrap();
         assert_eq!(store.len(), 1);
+        store.update(cm("ns", "b", &[])).unwrap();
+        assert_eq!(sorted(store.list_keys()), ["ns/a", "ns/b"]);
+        assert_eq!(
+            store
+                .get_by_key("ns/a")
+                .unwrap()
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["y"]
+        );
     }
 
     #[test]
