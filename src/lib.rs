@@ -117,6 +117,46 @@ pub(crate) fn current_runtime() -> Result<tokio::runtime::Handle, NoRuntime> {
     tokio::runtime::Handle::try_current().map_err(|source| NoRuntime { source })
 }
 
+/// The message of a caught panic, for logs and errors.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".to_owned())
+}
+
+pub use factory::{CacheSyncError, FactoryConfig, SharedInformerFactory, SyncResult};
+pub use fifo::{
+    DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
+    InOrderDelta, InOrderFifo, KnownObjects, TransformFn,
+};
+/// One notification to a handler or subscriber ([`informer::Event`]), renamed at the root so that
+/// it does not clash with Kubernetes' own `Event` type in user code.
+pub use informer::Event as InformerEvent;
+pub use informer::{
+    EventStream, FifoMode, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
+    InformerError, InformerId, InformerMetricsProvider, Lifecycle, ResourceEventHandler,
+    ResourceEventHandlerFuncs, ResourceEventHandlerRegistration, SharedIndexInformer,
+};
+pub use lister::{Lister, NamespaceLister};
+pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
+pub use selector::{SelectorArg, parse_label_selector};
+pub use store::{
+    Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource, NAMESPACE_INDEX, ObjectKey,
+    StoreOp, index_fn, key_of, namespace_index_fn, split_key,
+};
+pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};
+pub use workqueue::{
+    Bucket, DelayingQueue, FastSlow, ItemExponentialFailure, MaxOf, MetricsProvider, RateLimiter,
+    RateLimitingQueue, ShutDown, WorkQueue, default_controller_rate_limiter,
+};
+
+/// The README's examples, compiled as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 #[cfg(test)]
 mod no_runtime_tests {
     use std::time::Duration;
@@ -160,43 +200,3 @@ mod no_runtime_tests {
         drop(server);
     }
 }
-
-/// The message of a caught panic, for logs and errors.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic".to_owned())
-}
-
-pub use factory::{CacheSyncError, FactoryConfig, SharedInformerFactory, SyncResult};
-pub use fifo::{
-    DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
-    InOrderDelta, InOrderFifo, KnownObjects, TransformFn,
-};
-/// One notification to a handler or subscriber ([`informer::Event`]), renamed at the root so that
-/// it does not clash with Kubernetes' own `Event` type in user code.
-pub use informer::Event as InformerEvent;
-pub use informer::{
-    EventStream, FifoMode, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
-    InformerError, InformerId, InformerMetricsProvider, Lifecycle, ResourceEventHandler,
-    ResourceEventHandlerFuncs, ResourceEventHandlerRegistration, SharedIndexInformer,
-};
-pub use lister::{Lister, NamespaceLister};
-pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
-pub use selector::{SelectorArg, parse_label_selector};
-pub use store::{
-    Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource, NAMESPACE_INDEX, ObjectKey,
-    StoreOp, index_fn, key_of, namespace_index_fn, split_key,
-};
-pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};
-pub use workqueue::{
-    Bucket, DelayingQueue, FastSlow, ItemExponentialFailure, MaxOf, MetricsProvider, RateLimiter,
-    RateLimitingQueue, ShutDown, WorkQueue, default_controller_rate_limiter,
-};
-
-/// The README's examples, compiled as doc tests so they stay true.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;

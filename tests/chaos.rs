@@ -398,7 +398,7 @@ impl Setup {
 /// The FIFO mode of a schedule: from the seed's low bit, so both modes run in every batch of
 /// schedules and a seed replays in its own mode (and old seeds keep their schedule).
 fn fifo_mode_of(seed: u64) -> FifoMode {
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         FifoMode::DeltaFifo
     } else {
         FifoMode::InOrder
