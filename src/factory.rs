@@ -522,8 +522,15 @@ impl SharedInformerFactory {
             .map(|(k, e)| (informer_name(k), e.informer.clone()))
             .collect();
         let mut out = BTreeMap::new();
+        // client-go `WaitForNamedCacheSync`'s two log lines, per informer.
         for (name, inf) in started {
+            tracing::info!(informer = %name, "Waiting for caches to sync for {name}");
             let ok = inf.wait_for_cache_sync().await;
+            if ok {
+                tracing::info!(informer = %name, "Caches are synced for {name}");
+            } else {
+                tracing::warn!(informer = %name, "Informer for {name} stopped before its cache synced");
+            }
             out.insert(name, ok);
         }
         out
