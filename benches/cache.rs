@@ -70,7 +70,7 @@ fn store(c: &mut Criterion) {
     });
     let keys: Vec<String> = updates
         .iter()
-        .map(|o| key_of(&**o).unwrap().to_string())
+        .map(|o| key_of(o).unwrap().to_string())
         .collect();
     g.bench_function("get_by_key in a 100k store", |b| {
         b.iter(|| {
@@ -122,7 +122,7 @@ fn fifo(c: &mut Criterion) {
                     .pop(|deltas, _| {
                         for d in deltas {
                             let obj = d.object.object();
-                            let key = key_of(&**obj).unwrap();
+                            let key = key_of(obj).unwrap();
                             if d.object.is_tombstone()
                                 || d.kind == kube_informer::DeltaType::Deleted
                             {

@@ -214,7 +214,7 @@ impl Controller {
                 .as_ref()
                 .and_then(|a| a.get(ANNOTATION))
                 == Some(&checksum(cm))
-                || key_of(&**cm).is_ok_and(|k| gave_up.contains(&k.to_string()))
+                || key_of(cm).is_ok_and(|k| gave_up.contains(&k.to_string()))
         });
         all_done && self.queue.is_empty()
     }

@@ -15,6 +15,7 @@ use std::{sync::Arc, time::Duration};
 use kube::{
     Client, CustomResource, CustomResourceExt, Resource,
     api::{Api, ApiResource, DynamicObject, ObjectMeta, PostParams},
+    discovery::Scope,
 };
 use kube_informer::{
     FactoryConfig, ResourceEventHandlerFuncs, SharedInformerFactory, testing::FakeApiServer,
@@ -74,9 +75,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 )
             }),
     )?;
-    // Dynamic: for kinds known only at run time (here from the same type's metadata).
+    // Dynamic: for kinds known only at run time (here from the same type's metadata; from a
+    // cluster, `kube::discovery` gives both the `ApiResource` and its `Scope`).
     let ar = ApiResource::erase::<Backup>(&());
-    let dynamic = factory.dynamic_informer(&ar, true);
+    let dynamic = factory.dynamic_informer(&ar, &Scope::Namespaced);
     dynamic.add_event_handler(ResourceEventHandlerFuncs::new().on_add(
         |o: &Arc<DynamicObject>, _| {
             println!(

@@ -74,14 +74,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .on_add(move |cm: &Arc<ConfigMap>, initial| {
                 println!(
                     "  handler: add    {} (initial list: {initial})",
-                    key_of(&**cm).unwrap()
+                    key_of(cm).unwrap()
                 );
                 enqueue(&q1, cm);
             })
             .on_update(move |old: &Arc<ConfigMap>, new: &Arc<ConfigMap>| {
                 println!(
                     "  handler: update {} rv {} -> {}",
-                    key_of(&**new).unwrap(),
+                    key_of(new).unwrap(),
                     old.metadata.resource_version.as_deref().unwrap_or("?"),
                     new.metadata.resource_version.as_deref().unwrap_or("?"),
                 );
@@ -95,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 };
                 println!(
                     "  handler: delete {}{tombstone}",
-                    key_of(&**deleted.object()).unwrap()
+                    key_of(deleted.object()).unwrap()
                 );
                 enqueue(&q3, deleted.object());
             }),
@@ -134,7 +134,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for cm in demo {
             println!(
                 "  {} data={:?}",
-                key_of(&*cm)?,
+                key_of(&cm)?,
                 cm.data.clone().unwrap_or_default()
             );
         }

@@ -13,6 +13,7 @@ use futures::{FutureExt, future::BoxFuture};
 use kube::{
     Client, Resource,
     api::{ApiResource, DynamicObject, PartialObjectMeta},
+    discovery::Scope,
 };
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
@@ -23,6 +24,7 @@ use crate::{
     },
     lister::Lister,
     reflector::{ApiListerWatcher, ReflectorConfig},
+    selector::SelectorArg,
     transform::{MetaTransformFn, meta_transform},
 };
 
@@ -83,17 +85,19 @@ impl FactoryConfig {
         self
     }
 
-    /// Sets [`Self::label_selector`].
+    /// Sets [`Self::label_selector`], from a string or kube's typed `Selector`/`Expression`
+    /// (see [`SelectorArg`]); an empty selector selects everything and sets none.
     #[must_use]
-    pub fn labels(mut self, selector: impl Into<String>) -> Self {
-        self.label_selector = Some(selector.into());
+    pub fn labels(mut self, selector: impl SelectorArg) -> Self {
+        self.label_selector = Some(selector.into_selector_string()).filter(|s| !s.is_empty());
         self
     }
 
-    /// Sets [`Self::field_selector`].
+    /// Sets [`Self::field_selector`], from a string or kube's typed `Selector`/`Expression`
+    /// (see [`SelectorArg`]); an empty selector selects everything and sets none.
     #[must_use]
-    pub fn fields(mut self, selector: impl Into<String>) -> Self {
-        self.field_selector = Some(selector.into());
+    pub fn fields(mut self, selector: impl SelectorArg) -> Self {
+        self.field_selector = Some(selector.into_selector_string()).filter(|s| !s.is_empty());
         self
     }
 
@@ -455,13 +459,14 @@ impl SharedInformerFactory {
     }
 
     /// A dynamic informer for the resource `ar` (for kinds known only at run time, such as
-    /// custom resources without Rust types). `namespaced` tells whether the resource is
-    /// namespaced (from discovery).
+    /// custom resources without Rust types). `scope` is the resource's, from discovery
+    /// (`ApiCapabilities::scope`): a cluster-scoped resource ignores the factory's namespace.
     pub fn dynamic_informer(
         &self,
         ar: &ApiResource,
-        namespaced: bool,
+        scope: &Scope,
     ) -> SharedIndexInformer<DynamicObject> {
+        let namespaced = matches!(scope, Scope::Namespaced);
         let url = DynamicObject::url_path(ar, self.namespace_for(namespaced));
         let name = format!("{}/{}/{}", ar.group, ar.version, ar.plural);
         let gvr = [ar.group.clone(), ar.version.clone(), ar.plural.clone()];
@@ -473,10 +478,24 @@ impl SharedInformerFactory {
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime.
+    /// Outside a tokio runtime; [`try_start`](Self::try_start) returns an error instead.
     pub fn start(&self) {
+        self.try_start()
+            .unwrap_or_else(|e| panic!("SharedInformerFactory::start: {e}"));
+    }
+
+    /// [`start`](Self::start) that reports a missing runtime instead of panicking; no informer
+    /// is started then.
+    ///
+    /// # Errors
+    ///
+    /// [`NoRuntime`](crate::NoRuntime) outside a Tokio runtime.
+    pub fn try_start(&self) -> Result<(), crate::NoRuntime> {
+        // Checked once up front: each informer's `start` spawns on this same runtime, so none
+        // can fail half-way through the loop.
+        crate::current_runtime()?;
         if *self.inner.shut_down.lock() {
-            return;
+            return Ok(());
         }
         for e in self.inner.informers.lock().values_mut() {
             if !e.started {
@@ -484,6 +503,7 @@ impl SharedInformerFactory {
                 e.started = true;
             }
         }
+        Ok(())
     }
 
     /// Waits until every started informer has synced (client-go `WaitForCacheSync`); the map
@@ -502,8 +522,15 @@ impl SharedInformerFactory {
             .map(|(k, e)| (informer_name(k), e.informer.clone()))
             .collect();
         let mut out = BTreeMap::new();
+        // client-go `WaitForNamedCacheSync`'s two log lines, per informer.
         for (name, inf) in started {
+            tracing::info!(informer = %name, "Waiting for caches to sync for {name}");
             let ok = inf.wait_for_cache_sync().await;
+            if ok {
+                tracing::info!(informer = %name, "Caches are synced for {name}");
+            } else {
+                tracing::warn!(informer = %name, "Informer for {name} stopped before its cache synced");
+            }
             out.insert(name, ok);
         }
         out

@@ -24,6 +24,7 @@
 //! - [`lister`]: typed reads, by namespace from the namespace index.
 //! - [`workqueue`]: dedup'ing, rate-limited work queues.
 //! - `testing` (feature): an in-process fake API server for tests.
+//! - `runtime` (feature): conversions between [`ObjectKey`] and kube-runtime's `ObjectRef`.
 //! - `prometheus` (feature): workqueue and informer metrics exported to Prometheus under
 //!   client-go's names and labels.
 //!
@@ -53,7 +54,7 @@
 //! let q = queue.clone();
 //! factory.informer::<ConfigMap>().add_event_handler(
 //!     ResourceEventHandlerFuncs::new()
-//!         .on_add(move |cm: &Arc<ConfigMap>, _initial| { let _ = q.add(key_of(&**cm).unwrap()); }),
+//!         .on_add(move |cm: &Arc<ConfigMap>, _initial| { let _ = q.add(key_of(cm).unwrap()); }),
 //! )?;
 //! factory.start();
 //! factory.wait_for_cache_sync().await;
@@ -97,6 +98,25 @@ pub mod workqueue;
 #[cfg(test)]
 mod testutil;
 
+/// A constructor or `start` that spawns a task was called outside a Tokio runtime (returned by
+/// the `try_` forms: [`DelayingQueue::try_new`], [`RateLimitingQueue::try_new`],
+/// [`SharedIndexInformer::try_start`], [`SharedInformerFactory::try_start`]).
+///
+/// Each of those also has a form that hands the task back for the caller to run instead of
+/// spawning it ([`DelayingQueue::pair`], [`RateLimitingQueue::pair`],
+/// [`SharedIndexInformer::run`]).
+#[derive(Debug, thiserror::Error)]
+#[error("called outside a Tokio runtime, where the task it needs cannot be spawned")]
+pub struct NoRuntime {
+    #[source]
+    source: tokio::runtime::TryCurrentError,
+}
+
+/// The current runtime's handle, or why there is none.
+pub(crate) fn current_runtime() -> Result<tokio::runtime::Handle, NoRuntime> {
+    tokio::runtime::Handle::try_current().map_err(|source| NoRuntime { source })
+}
+
 /// The message of a caught panic, for logs and errors.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -111,17 +131,20 @@ pub use fifo::{
     DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
     InOrderDelta, InOrderFifo, KnownObjects, TransformFn,
 };
+/// One notification to a handler or subscriber ([`informer::Event`]), renamed at the root so that
+/// it does not clash with Kubernetes' own `Event` type in user code.
+pub use informer::Event as InformerEvent;
 pub use informer::{
-    Event, EventStream, FifoMode, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
+    EventStream, FifoMode, FilteringResourceEventHandler, HandlerOptions, InformerConfig,
     InformerError, InformerId, InformerMetricsProvider, Lifecycle, ResourceEventHandler,
     ResourceEventHandlerFuncs, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 pub use lister::{Lister, NamespaceLister};
 pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
-pub use selector::parse_label_selector;
+pub use selector::{SelectorArg, parse_label_selector};
 pub use store::{
-    IndexError, IndexFn, Indexer, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey, StoreOp, key_of,
-    namespace_index_fn, split_key,
+    Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource, NAMESPACE_INDEX, ObjectKey,
+    StoreOp, index_fn, key_of, namespace_index_fn, split_key,
 };
 pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};
 pub use workqueue::{
@@ -133,3 +156,47 @@ pub use workqueue::{
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod no_runtime_tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    #[test]
+    fn the_try_forms_report_a_missing_runtime_and_the_others_panic() {
+        assert!(DelayingQueue::<u32>::try_new().is_err());
+        assert!(RateLimitingQueue::<u32>::try_new().is_err());
+        let err = DelayingQueue::<u32>::try_with_config(Default::default()).unwrap_err();
+        assert!(err.to_string().contains("outside a Tokio runtime"), "{err}");
+        assert!(std::error::Error::source(&err).is_some());
+        assert!(std::panic::catch_unwind(DelayingQueue::<u32>::new).is_err());
+        assert!(std::panic::catch_unwind(RateLimitingQueue::<u32>::new).is_err());
+    }
+
+    #[test]
+    fn informers_and_factories_do_not_start_outside_a_runtime() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (server, factory, informer) = rt.block_on(async {
+            let server = testing::FakeApiServer::start_with_core().await.unwrap();
+            let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+            let informer = factory.informer::<ConfigMap>();
+            (server, factory, informer)
+        });
+        assert!(informer.try_start().is_err());
+        assert!(factory.try_start().is_err());
+        assert!(!informer.is_started());
+        // Inside the runtime the same calls start them, and nothing was half-started before.
+        rt.block_on(async {
+            factory.try_start().unwrap();
+            tokio::time::timeout(Duration::from_secs(20), factory.wait_for_cache_sync())
+                .await
+                .expect("sync: likely deadlocked");
+            assert!(informer.has_synced());
+            factory.shutdown().await;
+        });
+        drop(server);
+    }
+}

@@ -7,14 +7,14 @@ use kube::{
     core::{Selector, SelectorExt},
 };
 
-use crate::store::{Indexer, NAMESPACE_INDEX, ObjectKey};
+use crate::store::{Cache, NAMESPACE_INDEX, ObjectKey};
 
 /// Reads objects of type `K` from an informer's cache. Cheap to clone.
 ///
 /// Lists filter by a label [`Selector`]; `Selector::default()` selects everything. Build one
 /// from a string with [`parse_label_selector`](crate::parse_label_selector).
 pub struct Lister<K> {
-    indexer: Indexer<K>,
+    indexer: Cache<K>,
 }
 
 impl<K> Clone for Lister<K> {
@@ -47,9 +47,13 @@ impl<K> Lister<K>
 where
     K: Resource + Send + Sync + 'static,
 {
-    /// A lister over `indexer`.
-    pub fn new(indexer: Indexer<K>) -> Self {
-        Self { indexer }
+    /// A lister over a cache: an informer's read-only [`Cache`] (what
+    /// [`SharedIndexInformer::indexer`](crate::SharedIndexInformer::indexer) returns) or a
+    /// standalone [`Indexer`](crate::Indexer) (client-go's `NewLister(indexer)`).
+    pub fn new(cache: impl Into<Cache<K>>) -> Self {
+        Self {
+            indexer: cache.into(),
+        }
     }
 
     /// Every cached object matching `selector`, in all namespaces.
@@ -66,7 +70,10 @@ where
         self.indexer.get_by_key(key)
     }
 
-    /// A cluster-scoped object by name.
+    /// A cluster-scoped object by name (client-go's cluster-scoped `Lister.Get(name)`); for a
+    /// cluster-scoped object the key is the name, so this is an alias of
+    /// [`get_by_key`](Self::get_by_key). For a namespaced object use
+    /// [`namespaced(ns).get(name)`](NamespaceLister::get).
     pub fn get(&self, name: &str) -> Option<Arc<K>> {
         self.indexer.get_by_key(name)
     }
@@ -82,7 +89,7 @@ where
 
 /// Reads of one namespace, served from the namespace index (never a scan of the whole cache).
 pub struct NamespaceLister<K> {
-    indexer: Indexer<K>,
+    indexer: Cache<K>,
     namespace: String,
 }
 

@@ -266,8 +266,90 @@ pub fn parse_label_selector(input: &str) -> Result<Selector, SelectorParseError>
     Ok(exprs.into_iter().collect())
 }
 
+/// A label or field selector as the API server reads it: a string in its syntax
+/// (`"app=web,tier!=db"`), or kube's typed [`Selector`] or [`Expression`], printed in that syntax.
+///
+/// What [`FactoryConfig::labels`](crate::FactoryConfig::labels) and
+/// [`ApiListerWatcher::labels`](crate::ApiListerWatcher::labels) (and their `fields`) take.
+/// Field selectors support only `=`, `==` and `!=`: a typed selector with set operators is sent
+/// as written and refused by the server.
+///
+/// ```
+/// use kube::core::{Expression, Selector};
+/// use kube_informer::FactoryConfig;
+///
+/// let typed: Selector = Expression::Equal("app".into(), "web".into()).into();
+/// let a = FactoryConfig::default().labels(typed);
+/// let b = FactoryConfig::default().labels("app=web");
+/// assert_eq!(a.label_selector, b.label_selector);
+/// ```
+pub trait SelectorArg {
+    /// The selector in the API server's string syntax.
+    fn into_selector_string(self) -> String;
+}
+
+impl SelectorArg for &str {
+    fn into_selector_string(self) -> String {
+        self.to_owned()
+    }
+}
+
+impl SelectorArg for String {
+    fn into_selector_string(self) -> String {
+        self
+    }
+}
+
+impl SelectorArg for &String {
+    fn into_selector_string(self) -> String {
+        self.clone()
+    }
+}
+
+impl SelectorArg for Selector {
+    fn into_selector_string(self) -> String {
+        self.to_string()
+    }
+}
+
+impl SelectorArg for &Selector {
+    fn into_selector_string(self) -> String {
+        self.to_string()
+    }
+}
+
+impl SelectorArg for Expression {
+    fn into_selector_string(self) -> String {
+        self.to_string()
+    }
+}
+
+impl SelectorArg for &Expression {
+    fn into_selector_string(self) -> String {
+        self.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn typed_selectors_print_as_the_api_server_reads_them() {
+        use super::SelectorArg;
+        let sel: Selector = [
+            Expression::Equal("app".into(), "web".into()),
+            Expression::NotIn("tier".into(), ["db".to_owned()].into()),
+        ]
+        .into_iter()
+        .collect();
+        let s = (&sel).into_selector_string();
+        assert_eq!(parse_label_selector(&s).unwrap(), sel);
+        assert_eq!(
+            Expression::Exists("canary".into()).into_selector_string(),
+            "canary"
+        );
+        assert_eq!(Selector::default().into_selector_string(), "");
+    }
+
     use super::*;
     use kube::core::SelectorExt;
     use std::collections::BTreeMap;

@@ -61,7 +61,7 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube_informer::{
-    ApiListerWatcher, DeltaObject, Event, FifoMode, InformerConfig, ReflectorConfig,
+    ApiListerWatcher, DeltaObject, FifoMode, InformerConfig, InformerEvent, ReflectorConfig,
     ResourceEventHandler, testing::FakeApiServer,
 };
 use parking_lot::Mutex;
@@ -224,7 +224,7 @@ impl Truth {
 }
 
 /// One consumer's notifications, in the order it got them.
-type Log = Arc<Mutex<Vec<Event<ConfigMap>>>>;
+type Log = Arc<Mutex<Vec<InformerEvent<ConfigMap>>>>;
 
 /// A handler that records every call, optionally pausing now and then like a slow consumer.
 struct Recorder {
@@ -233,7 +233,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn push(&mut self, ev: Event<ConfigMap>) {
+    fn push(&mut self, ev: InformerEvent<ConfigMap>) {
         self.log.lock().push(ev);
         if let Some(rng) = &mut self.slow
             && rng.u8(..10) == 0
@@ -245,26 +245,26 @@ impl Recorder {
 
 impl ResourceEventHandler<ConfigMap> for Recorder {
     fn on_add(&mut self, obj: &Arc<ConfigMap>, is_in_initial_list: bool) {
-        self.push(Event::Add {
+        self.push(InformerEvent::Add {
             obj: obj.clone(),
             is_in_initial_list,
         });
     }
     fn on_update(&mut self, old: &Arc<ConfigMap>, new: &Arc<ConfigMap>) {
-        self.push(Event::Update {
+        self.push(InformerEvent::Update {
             old: old.clone(),
             new: new.clone(),
         });
     }
     fn on_delete(&mut self, obj: &DeltaObject<ConfigMap>) {
-        self.push(Event::Delete(obj.clone()));
+        self.push(InformerEvent::Delete(obj.clone()));
     }
 }
 
 /// Replays a consumer's log, checking each call against what it already had and what the
 /// server did. `Err` is a violation (permanent); `Ok` is the reconstructed state.
 fn replay(
-    events: &[Event<ConfigMap>],
+    events: &[InformerEvent<ConfigMap>],
     truth: &Truth,
 ) -> Result<BTreeMap<String, ConfigMap>, String> {
     let mut model: BTreeMap<String, Arc<ConfigMap>> = BTreeMap::new();
@@ -293,7 +293,7 @@ fn replay(
     for (i, ev) in events.iter().enumerate() {
         let at = |e: String| format!("notification #{i}: {e}");
         match ev {
-            Event::Add {
+            InformerEvent::Add {
                 obj,
                 is_in_initial_list,
             } => {
@@ -310,7 +310,7 @@ fn replay(
                 last_rv.insert(k.clone(), rv(obj));
                 model.insert(k, obj.clone());
             }
-            Event::Update { old, new } => {
+            InformerEvent::Update { old, new } => {
                 let k = key(new);
                 let Some(had) = model.get(&k) else {
                     return Err(at(format!(
@@ -332,7 +332,7 @@ fn replay(
                 last_rv.insert(k.clone(), rv(new));
                 model.insert(k, new.clone());
             }
-            Event::Delete(DeltaObject::Object(obj)) => {
+            InformerEvent::Delete(DeltaObject::Object(obj)) => {
                 let k = key(obj);
                 let Some(had) = model.remove(&k) else {
                     return Err(at(format!(
@@ -353,7 +353,7 @@ fn replay(
                 }
                 last_rv.insert(k, rv(obj));
             }
-            Event::Delete(DeltaObject::DeletedFinalStateUnknown(t)) => {
+            InformerEvent::Delete(DeltaObject::DeletedFinalStateUnknown(t)) => {
                 let k = t.key.to_string();
                 let Some(had) = model.remove(&k) else {
                     return Err(at(format!(
@@ -585,13 +585,13 @@ async fn run_schedule(seed: u64, totals: &Totals) {
     let tombstones = logs
         .iter()
         .flat_map(|(_, l)| l.lock().clone())
-        .filter(|e| matches!(e, Event::Delete(d) if d.is_tombstone()))
+        .filter(|e| matches!(e, InformerEvent::Delete(d) if d.is_tombstone()))
         .count();
     totals.tombstones.fetch_add(tombstones, Ordering::Relaxed);
     let resyncs = logs
         .iter()
         .flat_map(|(_, l)| l.lock().clone())
-        .filter(|e| matches!(e, Event::Update { old, new } if old == new))
+        .filter(|e| matches!(e, InformerEvent::Update { old, new } if old == new))
         .count();
     totals.resyncs.fetch_add(resyncs, Ordering::Relaxed);
     let lists = server

@@ -6,6 +6,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{ApiResource, DynamicObject, ObjectMeta, PartialObjectMeta};
+use kube::discovery::Scope;
 use kube_informer::{
     FactoryConfig, ResourceEventHandlerFuncs, SharedInformerFactory,
     testing::{FakeApiServer, Verb},
@@ -150,10 +151,13 @@ async fn dynamic_and_metadata_informers_cache_what_they_are_asked_for() {
     server.create(&cm("ns", "a", &[("x", "1")])).unwrap();
     let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
     let ar = ApiResource::erase::<ConfigMap>(&());
-    let dynamic = factory.dynamic_informer(&ar, true);
+    let dynamic = factory.dynamic_informer(&ar, &Scope::Namespaced);
     let meta = factory.metadata_informer::<ConfigMap>();
     assert_eq!(
-        factory.dynamic_informer(&ar, true).indexer().len(),
+        factory
+            .dynamic_informer(&ar, &Scope::Namespaced)
+            .indexer()
+            .len(),
         0,
         "same informer, not yet synced"
     );
@@ -405,5 +409,127 @@ async fn named_informers_report_client_go_metrics_with_their_labels() {
             got.keys()
         );
     }
+    factory.shutdown().await;
+}
+
+/// The root re-export is `InformerEvent`, so it sits next to Kubernetes' own `Event` in one
+/// import list without a rename.
+#[tokio::test]
+async fn informer_events_do_not_clash_with_kubernetes_events() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Event;
+    use kube_informer::InformerEvent;
+
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let mut events = factory.informer::<ConfigMap>().subscribe().unwrap();
+    factory.start();
+    server.create(&cm("ns", "a", &[])).unwrap();
+    match within("the add", events.next()).await {
+        Some(InformerEvent::Add { obj, .. }) => {
+            assert_eq!(obj.metadata.name.as_deref(), Some("a"))
+        }
+        other => panic!("expected an add, got {other:?}"),
+    }
+    let k8s_event = Event::default();
+    assert!(k8s_event.metadata.name.is_none());
+    factory.shutdown().await;
+}
+
+/// `index_by` indexes by a field without building a map of `Arc<dyn Fn>`, before and after start.
+#[tokio::test]
+async fn index_by_a_field_before_and_after_start() {
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server.create(&cm("ns", "a", &[("app", "web")])).unwrap();
+    server.create(&cm("ns", "b", &[("app", "db")])).unwrap();
+    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let informer = factory.informer::<ConfigMap>();
+    informer
+        .index_by("app", |c: &ConfigMap| {
+            c.metadata.labels.as_ref()?.get("app").cloned()
+        })
+        .unwrap();
+    factory.start();
+    within("sync", factory.wait_for_cache_sync()).await;
+    let names = |objs: Vec<Arc<ConfigMap>>| -> Vec<String> {
+        objs.iter()
+            .map(|o| o.metadata.name.clone().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        names(informer.indexer().by_index("app", "web").unwrap()),
+        ["a"]
+    );
+    // After start, existing objects are indexed at once.
+    informer
+        .index_by("name-len", |c: &ConfigMap| {
+            [c.metadata
+                .name
+                .as_deref()
+                .unwrap_or_default()
+                .len()
+                .to_string()]
+        })
+        .unwrap();
+    assert_eq!(
+        informer.indexer().by_index("name-len", "1").unwrap().len(),
+        2
+    );
+    assert!(
+        informer
+            .index_by("app", |_: &ConfigMap| None::<String>)
+            .is_err()
+    );
+    factory.shutdown().await;
+}
+
+/// Typed kube selectors filter as their strings do, and a dynamic informer takes the resource's
+/// discovery `Scope`: a cluster-scoped one ignores the factory's namespace.
+#[tokio::test]
+async fn typed_selectors_and_dynamic_scope() {
+    use kube::core::{Expression, Selector};
+
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server
+        .create(&cm("team", "web", &[("app", "web")]))
+        .unwrap();
+    server.create(&cm("team", "db", &[("app", "db")])).unwrap();
+    server
+        .create(&Namespace {
+            metadata: ObjectMeta {
+                name: Some("team".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .unwrap();
+    let selector: Selector = Expression::In("app".into(), ["web".to_owned()].into()).into();
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default()
+            .namespace("team")
+            .labels(&selector)
+            .fields(Expression::Equal("metadata.name".into(), "web".into())),
+    );
+    let lister = factory.lister::<ConfigMap>();
+    let namespaces =
+        factory.dynamic_informer(&ApiResource::erase::<Namespace>(&()), &Scope::Cluster);
+    factory.start();
+    within("sync", factory.wait_for_cache_sync()).await;
+    let names: Vec<_> = lister
+        .list(&Default::default())
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["web"]);
+    // The cluster-scoped list went to /api/v1/namespaces, not under the namespace; the factory's
+    // selectors apply to it too, so nothing matches `app in (web)` there.
+    assert!(namespaces.has_synced());
+    assert!(namespaces.indexer().is_empty());
+    let seen = server.requests();
+    assert!(
+        seen.iter().any(|r| r.path == "/api/v1/namespaces"),
+        "cluster-scoped path requested: {seen:?}"
+    );
     factory.shutdown().await;
 }

@@ -41,7 +41,7 @@ use futures::{FutureExt, StreamExt, future::BoxFuture};
 use k8s_openapi::{api::core::v1::ConfigMap, apimachinery::pkg::apis::meta::v1::ListMeta};
 use kube::{api::ObjectMeta, core::Status};
 use kube_informer::{
-    DeltaObject, FifoError, FifoMode, InOrderDelta, InOrderFifo, Indexer, InformerConfig,
+    Cache, DeltaObject, FifoError, FifoMode, InOrderDelta, InOrderFifo, Indexer, InformerConfig,
     KnownObjects, ListerWatcher, NAMESPACE_INDEX, ReflectorConfig, ResourceEventHandler,
     ResourceEventHandlerRegistration, SharedIndexInformer, StoreOp,
     fifo::{DEFAULT_BATCH_SIZE, ListItem},
@@ -143,7 +143,7 @@ fn all_keys() -> Vec<String> {
 }
 
 /// The store's content as key → version.
-fn contents(store: &Indexer<ConfigMap>) -> BTreeMap<String, u64> {
+fn contents(store: &Cache<ConfigMap>) -> BTreeMap<String, u64> {
     store
         .list()
         .iter()
@@ -151,7 +151,7 @@ fn contents(store: &Indexer<ConfigMap>) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn check_namespace_index(store: &Indexer<ConfigMap>, model: &BTreeMap<String, u64>) {
+fn check_namespace_index(store: &Cache<ConfigMap>, model: &BTreeMap<String, u64>) {
     for ns in NAMESPACES {
         let expected = model
             .keys()
@@ -814,13 +814,17 @@ impl FifoHarness {
     fn check(&self) {
         assert_eq!(self.fifo.len(), self.model.queue.len(), "queued deltas");
         assert_eq!(self.fifo.has_synced(), self.model.synced(), "has_synced");
-        assert_eq!(contents(&self.store), self.model.store, "store content");
+        assert_eq!(
+            contents(&self.store.reader()),
+            self.model.store,
+            "store content"
+        );
         assert_eq!(
             self.store.last_store_sync_resource_version(),
             self.model.store_rv,
             "last_store_sync_resource_version"
         );
-        check_namespace_index(&self.store, &self.model.store);
+        check_namespace_index(&self.store.reader(), &self.model.store);
     }
 
     fn step(&mut self) {
@@ -975,7 +979,7 @@ impl ListerWatcher<ConfigMap> for ScriptedSource {
 /// Records each call, with the cache's resourceVersion when it was made.
 struct Recorder {
     log: Arc<Mutex<Vec<(Call, String)>>>,
-    cache: Indexer<ConfigMap>,
+    cache: Cache<ConfigMap>,
 }
 
 impl Recorder {

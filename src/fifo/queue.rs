@@ -415,8 +415,8 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         let keys = list
             .iter()
             .map(|item| match item {
-                ListItem::Decoded(obj) => key_of(&**obj),
-                ListItem::Ready(obj) => key_of(&**obj),
+                ListItem::Decoded(obj) => key_of(obj),
+                ListItem::Ready(obj) => key_of(obj),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let objs: Vec<Arc<K>> = list
@@ -700,7 +700,7 @@ mod tests {
     fn pop_now(fifo: &DeltaFifo<ConfigMap>) -> Option<(ObjectKey, Summary, bool)> {
         fifo.pop(|deltas, initial| {
             let k = match &deltas[0].object {
-                DeltaObject::Object(o) => key_of(&**o).unwrap(),
+                DeltaObject::Object(o) => key_of(o).unwrap(),
                 DeltaObject::DeletedFinalStateUnknown(t) => t.key.clone(),
             };
             (k, summary(&deltas), initial)

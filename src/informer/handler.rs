@@ -169,6 +169,10 @@ where
 }
 
 /// One notification, as delivered to a handler or by [`SharedIndexInformer::subscribe`](super::SharedIndexInformer::subscribe).
+///
+/// Re-exported at the crate root as [`InformerEvent`](crate::InformerEvent), so that it does not
+/// clash with Kubernetes' `Event` (`k8s_openapi::api::core::v1::Event`) in user code.
+#[doc(alias = "InformerEvent")]
 #[derive(Debug)]
 pub enum Event<K> {
     /// See [`ResourceEventHandler::on_add`].

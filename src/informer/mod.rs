@@ -31,7 +31,7 @@ use crate::{
     fifo::{DeltaFifo, DeltaObject, DeltaType, Deltas, InOrderFifo, KnownObjects, TransformFn},
     lister::Lister,
     reflector::{ListerWatcher, Reflector, ReflectorConfig, ReflectorStatus, WatchErrorHandler},
-    store::{IndexError, Indexer, Indexers, key_of},
+    store::{Cache, IndexError, Indexer, Indexers, key_of},
 };
 
 /// client-go `minimumResyncPeriod`: shorter requested periods are raised to this.
@@ -507,6 +507,42 @@ where
         Ok(())
     }
 
+    /// Adds one index named `name` whose values come from `values`, before or after start
+    /// (controller-runtime's `IndexField`; the one-index form of
+    /// [`add_indexers`](Self::add_indexers), see [`index_fn`](crate::index_fn) for what
+    /// `values` may return).
+    ///
+    /// ```
+    /// # use kube_informer::{FactoryConfig, SharedInformerFactory, testing::FakeApiServer};
+    /// use k8s_openapi::api::core::v1::Pod;
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// # let server = FakeApiServer::start_with_core().await?;
+    /// # let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    /// let pods = factory.informer::<Pod>();
+    /// pods.index_by("node", |pod: &Pod| pod.spec.as_ref()?.node_name.clone())?;
+    /// // Later, in a worker:
+    /// let on_node = pods.indexer().by_index("node", "node-1")?;
+    /// # assert!(on_node.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InformerError::Index`] for a name already in use.
+    pub fn index_by<I>(
+        &self,
+        name: impl Into<String>,
+        values: impl Fn(&K) -> I + Send + Sync + 'static,
+    ) -> Result<(), InformerError>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.add_indexers(Indexers::from([(name.into(), crate::index_fn(values))]))
+    }
+
     /// Sets a transform applied to each object before it is cached (for example
     /// [`strip_managed_fields`](crate::strip_managed_fields)).
     ///
@@ -536,14 +572,20 @@ where
         Ok(())
     }
 
-    /// The cache (client-go `GetIndexer`).
-    pub fn indexer(&self) -> Indexer<K> {
-        self.inner.indexer.clone()
+    /// A read-only handle on the cache (client-go `GetIndexer`).
+    ///
+    /// The informer keeps the writable [`Indexer`] to itself: only its own event processing
+    /// changes the cache, so what handlers and listers read is what the API server sent.
+    /// Add indices with [`index_by`](Self::index_by) or [`add_indexers`](Self::add_indexers).
+    #[doc(alias = "get_indexer")]
+    #[doc(alias = "get_store")]
+    pub fn indexer(&self) -> Cache<K> {
+        self.inner.indexer.reader()
     }
 
     /// A lister over the cache.
     pub fn lister(&self) -> Lister<K> {
-        Lister::new(self.inner.indexer.clone())
+        Lister::new(self.inner.indexer.reader())
     }
 
     /// True once the initial list has been fully delivered into the cache.
@@ -646,14 +688,28 @@ where
     ///
     /// # Panics
     ///
-    /// Outside a tokio runtime.
+    /// Outside a tokio runtime; [`try_start`](Self::try_start) returns an error instead.
     pub fn start(&self) {
+        self.try_start()
+            .unwrap_or_else(|e| panic!("SharedIndexInformer::start: {e}"));
+    }
+
+    /// [`start`](Self::start) that reports a missing runtime instead of panicking; the
+    /// informer is then left unstarted.
+    ///
+    /// # Errors
+    ///
+    /// [`NoRuntime`](crate::NoRuntime) outside a Tokio runtime (even if it had already started:
+    /// the check comes first).
+    pub fn try_start(&self) -> Result<(), crate::NoRuntime> {
+        let runtime = crate::current_runtime()?;
         let mut st = self.inner.state.lock();
         if st.started || st.task.is_some() || self.inner.stop_requested() {
-            return;
+            return Ok(());
         }
         let me = self.clone();
-        st.task = Some(tokio::spawn(async move { me.run().await }));
+        st.task = Some(runtime.spawn(async move { me.run().await }));
+        Ok(())
     }
 
     /// Runs the informer until [`shutdown`](Self::shutdown) is called: the reflector lists and
@@ -956,7 +1012,7 @@ where
                 DeltaType::Deleted => {
                     let key = match &d.object {
                         DeltaObject::DeletedFinalStateUnknown(t) => Ok(t.key.clone()),
-                        DeltaObject::Object(o) => key_of(&**o),
+                        DeltaObject::Object(o) => key_of(o),
                     };
                     match key {
                         Ok(k) => {

@@ -244,7 +244,7 @@ where
         is_in_initial_list: bool,
         deferred: &mut Vec<Reservation<K>>,
     ) {
-        let listed: HashSet<ObjectKey> = objects.iter().filter_map(|o| key_of(&**o).ok()).collect();
+        let listed: HashSet<ObjectKey> = objects.iter().filter_map(|o| key_of(o).ok()).collect();
         let mut deletions: Vec<(ObjectKey, Arc<K>)> = Vec::new();
         self.indexer.for_each(|key, obj| {
             if !listed.contains(key) {
@@ -256,7 +256,7 @@ where
         let replacements: Vec<(Arc<K>, Option<Arc<K>>)> = objects
             .iter()
             .map(|o| {
-                let old = key_of(&**o)
+                let old = key_of(o)
                     .ok()
                     .and_then(|k| self.indexer.get_by_key(k.as_str()));
                 (o.clone(), old)

@@ -1327,7 +1327,7 @@ async fn in_order_handlers_see_the_cache_as_replaced_and_batches_after_commit() 
     inf.add_event_handler(
         ResourceEventHandlerFuncs::new().on_add(move |o: &Arc<ConfigMap>, _| {
             s.lock().push((
-                crate::key_of(&**o).unwrap().to_string(),
+                crate::key_of(o).unwrap().to_string(),
                 lister.list(&Default::default()).len(),
                 store.last_store_sync_resource_version(),
             ));

@@ -248,15 +248,15 @@ impl<K> ApiListerWatcher<K> {
 
     /// Restricts to objects matching a label selector (`labelSelector`, e.g. `app=web,tier!=db`).
     #[must_use]
-    pub fn labels(mut self, selector: &str) -> Self {
-        self.label_selector = Some(selector.to_owned()).filter(|s| !s.is_empty());
+    pub fn labels(mut self, selector: impl crate::SelectorArg) -> Self {
+        self.label_selector = Some(selector.into_selector_string()).filter(|s| !s.is_empty());
         self
     }
 
     /// Restricts to objects matching a field selector (`fieldSelector`, e.g. `metadata.name=x`).
     #[must_use]
-    pub fn fields(mut self, selector: &str) -> Self {
-        self.field_selector = Some(selector.to_owned()).filter(|s| !s.is_empty());
+    pub fn fields(mut self, selector: impl crate::SelectorArg) -> Self {
+        self.field_selector = Some(selector.into_selector_string()).filter(|s| !s.is_empty());
         self
     }
 

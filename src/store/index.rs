@@ -17,6 +17,26 @@ pub type IndexFn<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
 /// Named index functions (client-go's `Indexers`).
 pub type Indexers<K> = HashMap<String, IndexFn<K>>;
 
+/// An [`IndexFn`] from a closure returning any iterable of values: a `Vec<String>`, an
+/// `Option<String>` (one value or none), `[String; 1]`, an iterator (controller-runtime's
+/// `IndexField` extractor, client-go's `IndexFunc` without the error).
+///
+/// ```
+/// use k8s_openapi::api::core::v1::Pod;
+/// use kube_informer::{IndexFn, index_fn};
+///
+/// // Pods by the node they run on; unscheduled Pods are in no entry.
+/// let by_node: IndexFn<Pod> = index_fn(|pod: &Pod| pod.spec.as_ref()?.node_name.clone());
+/// # let _ = by_node;
+/// ```
+pub fn index_fn<K, I>(f: impl Fn(&K) -> I + Send + Sync + 'static) -> IndexFn<K>
+where
+    I: IntoIterator,
+    I::Item: Into<String>,
+{
+    Arc::new(move |obj: &K| f(obj).into_iter().map(Into::into).collect())
+}
+
 /// The name of the built-in namespace index (client-go's `cache.NamespaceIndex`).
 pub const NAMESPACE_INDEX: &str = "namespace";
 

@@ -91,17 +91,121 @@ pub fn split_key(key: &str) -> Result<(Option<&str>, &str), KeyError> {
     }
 }
 
+/// Anything [`key_of`] takes a key from: a resource `K` itself, or the `Arc<K>` the informer
+/// hands to handlers and listers (or a `Box<K>`), so `key_of(&obj)` reads the same for all.
+///
+/// Implement it for another smart pointer to your resource type if you need one.
+pub trait KeySource<K> {
+    /// The resource whose metadata makes the key.
+    fn resource(&self) -> &K;
+}
+
+impl<K: Resource> KeySource<K> for K {
+    fn resource(&self) -> &K {
+        self
+    }
+}
+
+impl<K: Resource> KeySource<K> for Arc<K> {
+    fn resource(&self) -> &K {
+        self
+    }
+}
+
+impl<K: Resource> KeySource<K> for Box<K> {
+    fn resource(&self) -> &K {
+        self
+    }
+}
+
 /// The key of an object, from its metadata (client-go's `MetaNamespaceKeyFunc`).
+///
+/// Takes `&K` or `&Arc<K>` alike (see [`KeySource`]):
+///
+/// ```
+/// use std::sync::Arc;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::api::ObjectMeta;
+/// use kube_informer::key_of;
+///
+/// let cm = ConfigMap {
+///     metadata: ObjectMeta { name: Some("a".into()), namespace: Some("ns".into()), ..Default::default() },
+///     ..Default::default()
+/// };
+/// let shared = Arc::new(cm.clone());
+/// assert_eq!(key_of(&cm).unwrap(), key_of(&shared).unwrap());
+/// ```
 ///
 /// # Errors
 ///
 /// [`KeyError::MissingName`] when the object has no `metadata.name`; [`KeyError::InvalidName`]
 /// when its name or namespace contains a `/`. Never panics: an object that arrived from a
 /// misbehaving server or a test without a name is reported, not trusted.
-pub fn key_of<K: Resource>(obj: &K) -> Result<ObjectKey, KeyError> {
-    let meta = obj.meta();
+pub fn key_of<K: Resource>(obj: &(impl KeySource<K> + ?Sized)) -> Result<ObjectKey, KeyError> {
+    let meta = obj.resource().meta();
     let name = meta.name.as_deref().unwrap_or_default();
     ObjectKey::new(meta.namespace.as_deref(), name)
+}
+
+/// Conversions with kube-runtime's [`ObjectRef`](kube_runtime::reflector::ObjectRef), for
+/// controllers that mix this crate's informers with kube-runtime's controller or reflector
+/// (feature `runtime`).
+#[cfg(feature = "runtime")]
+mod object_ref {
+    use kube_runtime::reflector::{Lookup, ObjectRef};
+
+    use super::{KeyError, ObjectKey};
+
+    impl<K: Lookup + ?Sized> TryFrom<&ObjectRef<K>> for ObjectKey {
+        type Error = KeyError;
+
+        /// The key of the referenced object: `namespace/name`, or `name` without a namespace.
+        fn try_from(r: &ObjectRef<K>) -> Result<Self, KeyError> {
+            ObjectKey::new(r.namespace.as_deref(), &r.name)
+        }
+    }
+
+    impl<K: Lookup + ?Sized> TryFrom<ObjectRef<K>> for ObjectKey {
+        type Error = KeyError;
+
+        /// The key of the referenced object: `namespace/name`, or `name` without a namespace.
+        fn try_from(r: ObjectRef<K>) -> Result<Self, KeyError> {
+            Self::try_from(&r)
+        }
+    }
+
+    /// For types whose `DynamicType` is `()` (every `k8s-openapi` type and derived custom
+    /// resource); for dynamic types use [`ObjectKey::to_object_ref_with`].
+    impl<K: Lookup> From<&ObjectKey> for ObjectRef<K>
+    where
+        K::DynamicType: Default,
+    {
+        fn from(key: &ObjectKey) -> Self {
+            key.to_object_ref_with(Default::default())
+        }
+    }
+
+    /// As `From<&ObjectKey>`.
+    impl<K: Lookup> From<ObjectKey> for ObjectRef<K>
+    where
+        K::DynamicType: Default,
+    {
+        fn from(key: ObjectKey) -> Self {
+            Self::from(&key)
+        }
+    }
+
+    impl ObjectKey {
+        /// A kube-runtime [`ObjectRef`] to the object with this key, for a type whose
+        /// `DynamicType` must be given (such as `DynamicObject`'s `ApiResource`).
+        pub fn to_object_ref_with<K: Lookup>(&self, dyntype: K::DynamicType) -> ObjectRef<K> {
+            let r = ObjectRef::new_with(self.name(), dyntype);
+            match self.namespace() {
+                Some(ns) => r.within(ns),
+                None => r,
+            }
+        }
+    }
 }
 
 /// Why an object or string has no valid key.
@@ -221,6 +325,51 @@ mod tests {
         }
         assert_eq!(split_key("a/b").unwrap(), (Some("a"), "b"));
         assert_eq!(split_key("b").unwrap(), (None, "b"));
+    }
+
+    #[test]
+    fn an_arc_and_its_object_have_the_same_key() {
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("a".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let shared = Arc::new(cm.clone());
+        assert_eq!(key_of(&shared).unwrap(), key_of(&cm).unwrap());
+        assert_eq!(key_of(&*shared).unwrap().as_str(), "ns/a");
+        // Generic code over `K: Resource` sees the same.
+        fn generic<K: Resource>(o: &Arc<K>) -> ObjectKey {
+            key_of(o).unwrap()
+        }
+        assert_eq!(generic(&shared).as_str(), "ns/a");
+    }
+
+    #[cfg(feature = "runtime")]
+    #[test]
+    fn object_refs_convert_both_ways() {
+        use kube::api::{ApiResource, DynamicObject};
+        use kube_runtime::reflector::ObjectRef;
+
+        let key = ObjectKey::parse("ns/a").unwrap();
+        let r: ObjectRef<ConfigMap> = key.clone().into();
+        assert_eq!(r, ObjectRef::new("a").within("ns"));
+        assert_eq!(ObjectKey::try_from(&r).unwrap(), key);
+        let cluster: ObjectRef<Namespace> = (&ObjectKey::parse("kube-system").unwrap()).into();
+        assert_eq!(cluster.namespace, None);
+        assert_eq!(
+            ObjectKey::try_from(cluster).unwrap().as_str(),
+            "kube-system"
+        );
+
+        let ar = ApiResource::erase::<ConfigMap>(&());
+        let dynamic: ObjectRef<DynamicObject> = key.to_object_ref_with(ar.clone());
+        assert_eq!(dynamic, ObjectRef::new_with("a", ar).within("ns"));
+
+        let bad: ObjectRef<ConfigMap> = ObjectRef::new("");
+        assert_eq!(ObjectKey::try_from(&bad), Err(KeyError::MissingName));
     }
 
     #[test]

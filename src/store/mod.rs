@@ -4,10 +4,12 @@
 //! `index.go`, `store.go`): objects keyed like `MetaNamespaceKeyFunc`, and named indices mapping
 //! index values to the keys of the objects that produce them.
 
+mod cache;
 mod index;
 mod key;
 mod thread_safe;
 
-pub use index::{IndexError, IndexFn, Indexers, NAMESPACE_INDEX, namespace_index_fn};
-pub use key::{KeyError, ObjectKey, key_of, split_key};
+pub use cache::Cache;
+pub use index::{IndexError, IndexFn, Indexers, NAMESPACE_INDEX, index_fn, namespace_index_fn};
+pub use key::{KeyError, KeySource, ObjectKey, key_of, split_key};
 pub use thread_safe::{Indexer, StoreOp};

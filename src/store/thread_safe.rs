@@ -17,6 +17,9 @@ use super::{
 /// A thread-safe store of `Arc<K>` keyed by [`ObjectKey`], with named indices
 /// (client-go's `cache.Indexer` over a `ThreadSafeStore`).
 ///
+/// Client-go's `Resync` is not here: on a store it does nothing (the informer's resync goes
+/// through its FIFO).
+///
 /// Cloning is cheap: clones share the same store. Readers never copy objects, they get the
 /// `Arc` the informer stored.
 ///
@@ -200,6 +203,13 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         }
     }
 
+    /// A read-only handle on this store, sharing its content: hand it to code that must read
+    /// the cache but never change it (what [`SharedIndexInformer::indexer`](crate::SharedIndexInformer::indexer)
+    /// gives out).
+    pub fn reader(&self) -> super::Cache<K> {
+        super::Cache::from(self)
+    }
+
     /// Reports the store's resourceVersion to `metric` from now on.
     pub(crate) fn set_resource_version_metric(
         &self,
@@ -232,7 +242,9 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         Ok(())
     }
 
-    /// Stores `obj` under its key; the same as [`Indexer::add`], as in client-go.
+    /// An alias of [`add`](Self::add), for client-go users looking for `Update`: a store keyed
+    /// by object has no difference between the two (client-go's `threadSafeMap.Update` is its
+    /// `Add` as well).
     ///
     /// # Errors
     ///
@@ -307,7 +319,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     ) -> Result<(), KeyError> {
         let keys = objs
             .iter()
-            .map(|obj| key_of(&**obj))
+            .map(|obj| key_of(obj))
             .collect::<Result<Vec<_>, _>>()?;
         let mut fresh = Inner {
             items: HashMap::with_capacity(objs.len()),
@@ -410,10 +422,6 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             })
             .collect()
     }
-
-    /// Does nothing: a thread-safe store has nothing to resync (client-go `threadSafeMap.Resync`).
-    /// The informer's resync goes through the DeltaFIFO instead.
-    pub fn resync(&self) {}
 
     /// Stores `obj` under `key` (which the caller has computed with [`key_of`]) and returns the
     /// object it replaced: the informer's hot path, one lock and one hash lookup.
@@ -519,6 +527,42 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
             inner.indices.push(NamedIndex { name, func, index });
         }
         Ok(())
+    }
+
+    /// Registers one index named `name` whose values come from `values` (an
+    /// [`index_fn`](super::index_fn)), indexing the objects already stored: the
+    /// one-index form of [`add_indexers`](Self::add_indexers), without building the map.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kube::api::ObjectMeta;
+    /// use kube_informer::Indexer;
+    ///
+    /// let store = Indexer::<ConfigMap>::new();
+    /// // ConfigMaps by each of their data keys.
+    /// store.index_by("data-key", |cm: &ConfigMap| cm.data.iter().flatten().map(|(k, _)| k.clone()).collect::<Vec<_>>()).unwrap();
+    /// store.add(Arc::new(ConfigMap {
+    ///     metadata: ObjectMeta { name: Some("a".into()), ..Default::default() },
+    ///     data: Some([("port".to_owned(), "80".to_owned())].into()),
+    ///     ..Default::default()
+    /// })).unwrap();
+    /// assert_eq!(store.by_index("data-key", "port").unwrap().len(), 1);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`IndexError::DuplicateIndex`] if `name` is already registered.
+    pub fn index_by<I>(
+        &self,
+        name: impl Into<String>,
+        values: impl Fn(&K) -> I + Send + Sync + 'static,
+    ) -> Result<(), IndexError>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.add_indexers(Indexers::from([(name.into(), super::index_fn(values))]))
     }
 
     /// Calls `f` with every stored key and object under one read lock; `f` must not call back
@@ -745,6 +789,45 @@ mod tests {
     }
 
     #[test]
+    fn index_by_takes_any_iterable_of_values_and_indexes_what_is_stored() {
+        let store = Indexer::new();
+        store.add(cm("ns", "a", &["x", "y"])).unwrap();
+        store.add(cm("ns", "b", &[])).unwrap();
+        // One value or none: an `Option`.
+        store
+            .index_by("first-label", |c: &ConfigMap| {
+                c.metadata.labels.as_ref()?.keys().next().cloned()
+            })
+            .unwrap();
+        // Many values: an iterator of `&str`-convertible items.
+        store
+            .index_by("labels", |c: &ConfigMap| {
+                c.metadata
+                    .labels
+                    .clone()
+                    .unwrap_or_default()
+                    .into_keys()
+                    .collect::<Vec<_>>()
+            })
+            .unwrap();
+        assert_eq!(
+            sorted(store.index_keys("first-label", "x").unwrap()),
+            ["ns/a"]
+        );
+        assert_eq!(sorted(store.index_keys("labels", "y").unwrap()), ["ns/a"]);
+        assert_eq!(store.list_index_func_values("first-label"), ["x"]);
+        store.add(cm("ns", "b", &["y"])).unwrap();
+        assert_eq!(
+            sorted(store.index_keys("labels", "y").unwrap()),
+            ["ns/a", "ns/b"]
+        );
+        assert_eq!(
+            store.index_by("labels", |_: &ConfigMap| None::<String>),
+            Err(IndexError::DuplicateIndex("labels".into()))
+        );
+    }
+
+    #[test]
     fn add_indexers_with_a_duplicate_name_is_an_error() {
         let store = Indexer::with_indexers(label_indexers()).unwrap();
         assert_eq!(
@@ -773,11 +856,25 @@ mod tests {
     }
 
     #[test]
-    fn resync_is_a_no_op() {
+    fn update_is_add() {
         let store = Indexer::new();
-        store.add(cm("ns", "a", &[])).unwrap();
-        store.resync();
+        store.add(cm("ns", "a", &["x"])).unwrap();
+        store.update(cm("ns", "a", &["y"])).unwrap();
         assert_eq!(store.len(), 1);
+        store.update(cm("ns", "b", &[])).unwrap();
+        assert_eq!(sorted(store.list_keys()), ["ns/a", "ns/b"]);
+        assert_eq!(
+            store
+                .get_by_key("ns/a")
+                .unwrap()
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["y"]
+        );
     }
 
     #[test]

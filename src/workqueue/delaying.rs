@@ -129,7 +129,8 @@ impl<T: QueueItem> DelayingQueue<T> {
     /// # Panics
     ///
     /// Outside a Tokio runtime, where its timer task cannot be spawned; see
-    /// [`pair`](Self::pair) to run that task yourself.
+    /// [`pair`](Self::pair) to run that task yourself, or [`try_new`](Self::try_new) for an
+    /// error instead.
     pub fn new() -> Self {
         Self::with_config(Config::default())
     }
@@ -140,9 +141,28 @@ impl<T: QueueItem> DelayingQueue<T> {
     ///
     /// Outside a Tokio runtime; see [`pair`](Self::pair).
     pub fn with_config(config: Config) -> Self {
+        Self::try_with_config(config).unwrap_or_else(|e| panic!("DelayingQueue: {e}"))
+    }
+
+    /// [`new`](Self::new) that reports a missing runtime instead of panicking.
+    ///
+    /// # Errors
+    ///
+    /// [`NoRuntime`](crate::NoRuntime) outside a Tokio runtime.
+    pub fn try_new() -> Result<Self, crate::NoRuntime> {
+        Self::try_with_config(Config::default())
+    }
+
+    /// [`with_config`](Self::with_config) that reports a missing runtime instead of panicking.
+    ///
+    /// # Errors
+    ///
+    /// [`NoRuntime`](crate::NoRuntime) outside a Tokio runtime.
+    pub fn try_with_config(config: Config) -> Result<Self, crate::NoRuntime> {
+        let runtime = crate::current_runtime()?;
         let (queue, timer) = Self::pair(config);
-        tokio::spawn(timer);
-        queue
+        runtime.spawn(timer);
+        Ok(queue)
     }
 
     /// A delaying queue and its timer task, for the caller to spawn or drive. Until the future

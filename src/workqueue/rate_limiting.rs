@@ -81,7 +81,8 @@ impl<T: QueueItem> RateLimitingQueue<T> {
     ///
     /// # Panics
     ///
-    /// Outside a Tokio runtime (see [`DelayingQueue::new`]).
+    /// Outside a Tokio runtime (see [`DelayingQueue::new`]); [`try_new`](Self::try_new) returns
+    /// an error instead.
     pub fn new() -> Self {
         Self::with_rate_limiter(default_controller_rate_limiter())
     }
@@ -102,10 +103,31 @@ impl<T: QueueItem> RateLimitingQueue<T> {
     ///
     /// Outside a Tokio runtime (see [`DelayingQueue::new`]).
     pub fn with_config(config: Config, limiter: impl RateLimiter<T> + 'static) -> Self {
-        Self {
-            queue: DelayingQueue::with_config(config),
+        Self::try_with_config(config, limiter).unwrap_or_else(|e| panic!("RateLimitingQueue: {e}"))
+    }
+
+    /// [`new`](Self::new) that reports a missing runtime instead of panicking.
+    ///
+    /// # Errors
+    ///
+    /// [`NoRuntime`](crate::NoRuntime) outside a Tokio runtime.
+    pub fn try_new() -> Result<Self, crate::NoRuntime> {
+        Self::try_with_config(Config::default(), default_controller_rate_limiter())
+    }
+
+    /// [`with_config`](Self::with_config) that reports a missing runtime instead of panicking.
+    ///
+    /// # Errors
+    ///
+    /// [`NoRuntime`](crate::NoRuntime) outside a Tokio runtime.
+    pub fn try_with_config(
+        config: Config,
+        limiter: impl RateLimiter<T> + 'static,
+    ) -> Result<Self, crate::NoRuntime> {
+        Ok(Self {
+            queue: DelayingQueue::try_with_config(config)?,
             limiter: Arc::new(limiter),
-        }
+        })
     }
 
     /// A queue and its timer task, for the caller to spawn (see [`DelayingQueue::pair`]).

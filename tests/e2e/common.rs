@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::{Client, Resource};
 use kube_informer::{
-    DeltaObject, Event, FactoryConfig, FifoMode, InformerConfig, ResourceEventHandlerFuncs,
+    DeltaObject, FactoryConfig, FifoMode, InformerConfig, InformerEvent, ResourceEventHandlerFuncs,
     SharedIndexInformer,
 };
 use serde::de::DeserializeOwned;
@@ -169,9 +169,9 @@ pub enum Seen {
 }
 
 impl Seen {
-    pub fn of<K: Resource>(event: &Event<K>) -> Seen {
+    pub fn of<K: Resource>(event: &InformerEvent<K>) -> Seen {
         match event {
-            Event::Add {
+            InformerEvent::Add {
                 obj,
                 is_in_initial_list,
             } => Seen::Add {
@@ -180,7 +180,7 @@ impl Seen {
                 step: step(&**obj),
                 initial: *is_in_initial_list,
             },
-            Event::Update { old, new } => Seen::Update {
+            InformerEvent::Update { old, new } => Seen::Update {
                 key: key(&**new),
                 old_rv: rv(&**old),
                 old_step: step(&**old),
@@ -188,7 +188,7 @@ impl Seen {
                 new_step: step(&**new),
                 new_deleting: new.meta().deletion_timestamp.is_some(),
             },
-            Event::Delete(d) => Seen::Delete {
+            InformerEvent::Delete(d) => Seen::Delete {
                 key: match d {
                     DeltaObject::DeletedFinalStateUnknown(t) => t.key.as_str().to_owned(),
                     DeltaObject::Object(o) => key(&**o),
@@ -210,7 +210,7 @@ impl Seen {
 /// Records every notification a handler receives, in order. Handlers run on the informer's
 /// handler thread, not the test's, so the log is behind a std mutex.
 pub struct Recorder<K> {
-    events: Arc<Mutex<Vec<Event<K>>>>,
+    events: Arc<Mutex<Vec<InformerEvent<K>>>>,
 }
 
 impl<K> Clone for Recorder<K> {
@@ -246,23 +246,23 @@ impl<K: Resource + Send + Sync + 'static> Recorder<K> {
         );
         ResourceEventHandlerFuncs::new()
             .on_add(move |obj: &Arc<K>, initial| {
-                a.lock().unwrap().push(Event::Add {
+                a.lock().unwrap().push(InformerEvent::Add {
                     obj: obj.clone(),
                     is_in_initial_list: initial,
                 })
             })
             .on_update(move |old: &Arc<K>, new: &Arc<K>| {
-                u.lock().unwrap().push(Event::Update {
+                u.lock().unwrap().push(InformerEvent::Update {
                     old: old.clone(),
                     new: new.clone(),
                 })
             })
             .on_delete(move |obj: &DeltaObject<K>| {
-                d.lock().unwrap().push(Event::Delete(obj.clone()))
+                d.lock().unwrap().push(InformerEvent::Delete(obj.clone()))
             })
     }
 
-    pub fn events(&self) -> Vec<Event<K>> {
+    pub fn events(&self) -> Vec<InformerEvent<K>> {
         self.events.lock().unwrap().clone()
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, ListParams, ObjectMeta, PostParams};
 use kube::core::Selector;
+use kube::discovery::Scope;
 use kube::{CustomResource, CustomResourceExt};
 use kube_informer::SharedInformerFactory;
 use schemars::JsonSchema;
@@ -101,7 +102,7 @@ async fn custom_resource_typed_dynamic_and_metadata_informers_see_changes() {
     );
     let typed = factory.informer::<Widget>();
     let ar = ApiResource::erase::<Widget>(&());
-    let dynamic = factory.dynamic_informer(&ar, true);
+    let dynamic = factory.dynamic_informer(&ar, &Scope::Namespaced);
     let metadata = factory.metadata_informer::<Widget>();
     // The factory hands out one informer per kind.
     assert_eq!(

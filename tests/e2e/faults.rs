@@ -218,9 +218,9 @@ async fn relist_after_expiry_delivers_tombstones_for_objects_deleted_while_disco
     assert_eq!(got, want);
     // The tombstones carry the last state the informer knew.
     for ev in &events.events()[10..] {
-        if let kube_informer::Event::Delete(kube_informer::DeltaObject::DeletedFinalStateUnknown(
-            t,
-        )) = ev
+        if let kube_informer::InformerEvent::Delete(
+            kube_informer::DeltaObject::DeletedFinalStateUnknown(t),
+        ) = ev
         {
             assert_eq!(t.obj.data, config_map("x", "0").data);
             assert_eq!(t.key.as_str(), key(&*t.obj));

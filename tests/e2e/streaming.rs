@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::Selector;
 use kube_informer::reflector::{ListOptions, ListPage, ListWatchError, WatchOptions, WatchStream};
 use kube_informer::{
-    ApiListerWatcher, Event, ListerWatcher, ReflectorConfig, SharedIndexInformer,
+    ApiListerWatcher, InformerEvent, ListerWatcher, ReflectorConfig, SharedIndexInformer,
     SharedInformerFactory,
 };
 
@@ -139,7 +139,7 @@ async fn initial_adds(events: &mut kube_informer::EventStream<ConfigMap>, cms: &
     let mut got = std::collections::BTreeMap::new();
     for _ in 0..want.len() {
         match within("next initial event", events.next()).await {
-            Some(Event::Add {
+            Some(InformerEvent::Add {
                 obj,
                 is_in_initial_list: true,
             }) => {

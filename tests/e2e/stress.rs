@@ -72,19 +72,19 @@ impl ChainChecker {
 
 impl ResourceEventHandler<ConfigMap> for ChainChecker {
     fn on_add(&mut self, obj: &Arc<ConfigMap>, is_in_initial_list: bool) {
-        self.record(Seen::of(&kube_informer::Event::Add {
+        self.record(Seen::of(&kube_informer::InformerEvent::Add {
             obj: obj.clone(),
             is_in_initial_list,
         }));
     }
     fn on_update(&mut self, old: &Arc<ConfigMap>, new: &Arc<ConfigMap>) {
-        self.record(Seen::of(&kube_informer::Event::Update {
+        self.record(Seen::of(&kube_informer::InformerEvent::Update {
             old: old.clone(),
             new: new.clone(),
         }));
     }
     fn on_delete(&mut self, obj: &DeltaObject<ConfigMap>) {
-        self.record(Seen::of(&kube_informer::Event::Delete(obj.clone())));
+        self.record(Seen::of(&kube_informer::InformerEvent::Delete(obj.clone())));
     }
 }
 
