@@ -67,6 +67,8 @@ pub(crate) enum WatchScript {
     Events(Vec<Result<WatchEvent<ConfigMap>, ListWatchError>>),
     /// The watch delivers these, then stays open delivering nothing.
     EventsThenHang(Vec<Result<WatchEvent<ConfigMap>, ListWatchError>>),
+    /// The watch request is never answered (a dead connection from the client's pool).
+    NoAnswer,
     /// The watch delivers what the test sends; it ends when the sender is dropped.
     Channel(mpsc::UnboundedReceiver<Result<WatchEvent<ConfigMap>, ListWatchError>>),
 }
@@ -175,6 +177,7 @@ impl ListerWatcher<ConfigMap> for MockLw {
             .pop_front()
             .unwrap_or(WatchScript::EventsThenHang(Vec::new()));
         let r = match script {
+            WatchScript::NoAnswer => return futures::future::pending().boxed(),
             WatchScript::Fail(e) => Err(e),
             WatchScript::Events(evs) => Ok(futures::stream::iter(evs).boxed()),
             WatchScript::EventsThenHang(evs) => Ok(futures::stream::iter(evs)

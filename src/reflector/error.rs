@@ -116,6 +116,10 @@ pub enum Error {
     /// Nothing arrived on the watch for longer than the configured idle timeout.
     #[error("watch idle for {0:?}: assuming a dead connection")]
     IdleTimeout(Duration),
+    /// The server did not answer a watch request (not even with its headers) within
+    /// [`ReflectorConfig::watch_start_timeout`](super::ReflectorConfig::watch_start_timeout).
+    #[error("no answer to the watch request within {0:?}: assuming a dead connection")]
+    WatchStartTimeout(Duration),
     /// An object from the server could not be queued (for example it has no name).
     #[error("cannot queue object: {0}")]
     Store(#[source] FifoError),

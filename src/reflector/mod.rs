@@ -88,6 +88,14 @@ pub type ShouldResync = Arc<dyn Fn() -> bool + Send + Sync>;
 /// 15 s of slack (the same slack as the cacher's `DefaultEventFreshDuration`) is dead.
 pub const DEFAULT_WATCH_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 
+/// The default [`ReflectorConfig::watch_start_timeout`]. kube-apiserver answers a watch request
+/// with its headers as soon as the watch is registered: after at most the API Priority and
+/// Fairness queue wait (a quarter of the request deadline, 15 s for requests without one) and the
+/// watch cache's wait to catch up with a newer resourceVersion (`blockTimeout`, 3 s, in
+/// `k8s.io/apiserver/pkg/storage/cacher/watch_cache.go`). Twice that sum leaves room for a slow
+/// network without letting a dead connection hold a re-watch for a whole idle timeout.
+pub const DEFAULT_WATCH_START_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Reflector options. Defaults mirror client-go's reflector.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -107,6 +115,18 @@ pub struct ReflectorConfig {
     /// watch is restarted every `idle_timeout`, which costs one request and no relist.
     /// `Duration::ZERO` disables the check beyond the watch's `timeoutSeconds` plus 60 s.
     pub idle_timeout: Duration,
+    /// How long a watch request may wait for the server's answer (its response headers) before
+    /// the connection is taken for dead; the reflector then backs off one step and watches again
+    /// (a new connection: the request that timed out takes its connection with it). Default
+    /// [`DEFAULT_WATCH_START_TIMEOUT`] (30 s); never longer than [`Self::idle_timeout`].
+    ///
+    /// This matters after a network path dies: kube's client keeps idle connections from earlier
+    /// requests (the list's) in a pool, and the re-watch after an idle timeout may be sent on one
+    /// of them, as dead as the watch's. With the defaults a dead path is recovered from within
+    /// about 106 s: the idle timeout (75 s), one start timeout on a dead pooled connection, one
+    /// backoff step, and by then hyper's pool has expired the connections idle for over 90 s,
+    /// so the next watch gets a new one. `Duration::ZERO` uses the idle timeout.
+    pub watch_start_timeout: Duration,
     /// Backoff between failures.
     pub backoff: BackoffConfig,
     /// Use a streaming initial list (`sendInitialEvents`, KEP-3157) instead of list requests.
@@ -129,6 +149,7 @@ impl Default for ReflectorConfig {
             page_size: 500,
             min_watch_timeout: Duration::from_secs(300),
             idle_timeout: DEFAULT_WATCH_IDLE_TIMEOUT,
+            watch_start_timeout: DEFAULT_WATCH_START_TIMEOUT,
             backoff: BackoffConfig::default(),
             streaming_list: false,
             resync_period: Duration::ZERO,
@@ -156,6 +177,13 @@ impl ReflectorConfig {
     #[must_use]
     pub fn idle_timeout(mut self, d: Duration) -> Self {
         self.idle_timeout = d;
+        self
+    }
+
+    /// Sets [`Self::watch_start_timeout`].
+    #[must_use]
+    pub fn watch_start_timeout(mut self, d: Duration) -> Self {
+        self.watch_start_timeout = d;
         self
     }
 
@@ -468,6 +496,17 @@ where
         }
     }
 
+    /// How long a watch request may wait for its response headers: the start timeout, bounded
+    /// by the stream's idle timeout `idle`.
+    fn watch_start_timeout(&self, idle: Duration) -> Duration {
+        let start = self.config.watch_start_timeout;
+        if start.is_zero() {
+            idle
+        } else {
+            start.min(idle)
+        }
+    }
+
     /// How long a list request may go without receiving anything (headers or body bytes): the
     /// idle timeout, which is longer than kube-apiserver's own default request timeout (60 s).
     fn list_idle_timeout(&self) -> Option<Duration> {
@@ -507,11 +546,12 @@ where
             max_object_bytes: self.config.max_object_bytes,
         };
         let idle = self.idle_timeout(timeout_seconds);
-        // The server answers a watch's headers at once; one that does not within the idle
+        // The server answers a watch's headers at once; one that does not within the start
         // timeout is as dead as a silent stream (kube sets no read timeout of its own).
-        let stream = tokio::time::timeout(idle, self.lw.watch(options))
+        let start = self.watch_start_timeout(idle);
+        let stream = tokio::time::timeout(start, self.lw.watch(options))
             .await
-            .map_err(|_| Error::IdleTimeout(idle))?
+            .map_err(|_| Error::WatchStartTimeout(start))?
             .map_err(Error::WatchStart)?;
         Ok(Watching {
             stream,
@@ -650,9 +690,10 @@ where
             send_initial_events: true,
             max_object_bytes: self.config.max_object_bytes,
         };
-        let mut stream = tokio::time::timeout(idle, self.lw.watch(options))
+        let start = self.watch_start_timeout(idle);
+        let mut stream = tokio::time::timeout(start, self.lw.watch(options))
             .await
-            .map_err(|_| Error::IdleTimeout(idle))?
+            .map_err(|_| Error::WatchStartTimeout(start))?
             .map_err(Error::WatchList)?;
         let started = Instant::now();
         // A temporary store: an object deleted during the initial events must not survive.

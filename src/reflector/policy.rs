@@ -62,7 +62,9 @@ pub(crate) fn after(step: Step, error: &Error) -> Next {
     match step {
         Step::List => Next::AfterBackOff(Then::List),
         // The server did not answer the watch request in time: a dead connection or server.
-        Step::WatchStart if matches!(error, Error::IdleTimeout(_)) => {
+        Step::WatchStart
+            if matches!(error, Error::IdleTimeout(_) | Error::WatchStartTimeout(_)) =>
+        {
             Next::AfterBackOff(Then::Watch)
         }
         Step::WatchStart => match error.list_watch_error() {
@@ -179,6 +181,11 @@ mod tests {
             (
                 Step::WatchStart,
                 Error::IdleTimeout(Duration::from_secs(75)),
+                AfterBackOff(Watch),
+            ),
+            (
+                Step::WatchStart,
+                Error::WatchStartTimeout(Duration::from_secs(30)),
                 AfterBackOff(Watch),
             ),
             (

@@ -457,6 +457,52 @@ async fn idle_watch_is_treated_as_dead_and_rewatched() {
     assert!(r.errors.lock()[0].contains("idle"), "{:?}", r.errors.lock());
 }
 
+/// After an idle timeout, the re-watch may go out on a pooled connection as dead as the watch's:
+/// it is given up after the start timeout, not a whole idle timeout, and retried after one
+/// backoff step from the same resourceVersion.
+#[tokio::test(start_paused = true)]
+async fn unanswered_watch_request_is_given_up_after_the_start_timeout() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("10", None, vec![])))
+        .watch(WatchScript::EventsThenHang(vec![Ok(WatchEvent::Added(
+            cm("ns", "a", "11"),
+        ))]))
+        .watch(WatchScript::NoAnswer);
+    let r = start(&lw, no_jitter());
+    lw.wait_for("third watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 3
+    })
+    .await;
+    let t = lw.timed_requests();
+    assert_eq!(t[2].0 - t[1].0, DEFAULT_WATCH_IDLE_TIMEOUT);
+    let backoff = BackoffConfig::default().initial;
+    assert_eq!(t[3].0 - t[2].0, DEFAULT_WATCH_START_TIMEOUT + backoff);
+    assert_eq!(watch_opts(&t[3].1).resource_version, "11");
+    let errors = r.errors.lock().clone();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[1].contains("no answer to the watch request within 30s"),
+        "{errors:?}"
+    );
+    // Nothing was relisted.
+    assert_eq!(t.iter().filter(|(_, r)| is_list(r)).count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watch_start_timeout_is_bounded_by_the_idle_timeout() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("10", None, vec![])))
+        .watch(WatchScript::NoAnswer);
+    let _r = start(&lw, no_jitter().idle_timeout(Duration::from_secs(10)));
+    lw.wait_for("second watch", |rs| {
+        rs.iter().filter(|r| is_watch(r)).count() >= 2
+    })
+    .await;
+    let t = lw.timed_requests();
+    let backoff = BackoffConfig::default().initial;
+    assert_eq!(t[2].0 - t[1].0, Duration::from_secs(10) + backoff);
+}
+
 #[tokio::test(start_paused = true)]
 async fn default_idle_timeout_follows_the_apiserver_bookmark_cadence() {
     let lw = MockLw::new();

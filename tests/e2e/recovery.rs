@@ -151,9 +151,10 @@ async fn cache_matches_server(
 
 /// An informer with the default `ReflectorConfig` watches through a proxy that black-holes
 /// its connection: no byte passes, no FIN, no RST, as on a dead network path. Only the
-/// reflector's idle timeout can tell; once it fires the informer re-watches over a new
-/// connection, and an object the admin created right after the black hole reaches the handler
-/// within [`DEAD_WATCH_BOUND`].
+/// reflector's idle timeout can tell; once it fires the informer re-watches, gives up a
+/// re-watch sent on a dead pooled connection after the watch start timeout, re-watches over a
+/// new connection, and an object the admin created right after the black hole reaches the
+/// handler within [`DEAD_WATCH_BOUND`] (75 s idle + 30 s start timeout + one backoff step).
 ///
 /// An idle timeout that short relies on the server sending something that often on a healthy
 /// watch: kube-apiserver's watch cache sends a bookmark about every minute on watches that
@@ -170,11 +171,9 @@ async fn black_holed_watch_is_detected_and_re_established_within_two_minutes() {
     }
 
     let proxy = Proxy::start(cluster.apiserver_port()).await;
+    let client = client_through(&cluster, &proxy);
     let informer = SharedIndexInformer::new(
-        ApiListerWatcher::new(Api::<ConfigMap>::namespaced(
-            client_through(&cluster, &proxy),
-            ns,
-        )),
+        ApiListerWatcher::new(Api::<ConfigMap>::namespaced(client.clone(), ns)),
         crate::common::informer_config(),
     );
     let errors = ErrorLog::attach(&informer);
@@ -186,6 +185,16 @@ async fn black_holed_watch_is_detected_and_re_established_within_two_minutes() {
     // watch itself and not only the connection of the initial list.
     create(&cms, "probe").await;
     events.wait_for("the probe arrives by the watch", 4).await;
+    // Two requests at once on the informer's client leave idle connections in its pool, as a
+    // controller's own reads and writes do; the black hole takes them too, and the re-watch
+    // after the idle timeout is sent on one of them (hyper's pool hands out the most recently
+    // used). The watch start timeout gives it up, and by then the pool's idle timeout (90 s)
+    // has expired the others: the next re-watch gets a new connection.
+    let pooled = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let lp = ListParams::default();
+    let (a, b) = tokio::join!(pooled.list(&lp), pooled.list(&lp));
+    a.expect("list through the proxy");
+    b.expect("list through the proxy");
     let before = proxy.accepted();
 
     proxy.black_hole();
