@@ -141,6 +141,22 @@ impl FactoryConfig {
         self
     }
 
+    /// Makes every informer of the factory cache only `shard` of its collection (sets
+    /// [`ReflectorConfig::shard`] in [`Self::reflector`]): one replica of n, each started with
+    /// [`ShardSelector::of(i, n)`](crate::sharding::ShardSelector::of).
+    ///
+    /// ```
+    /// use kube_informer::{FactoryConfig, sharding::ShardSelector};
+    /// let replica = 1; // e.g. from the StatefulSet ordinal
+    /// let config = FactoryConfig::default().shard(ShardSelector::of(replica, 3).unwrap());
+    /// assert!(config.reflector.shard.is_some());
+    /// ```
+    #[must_use]
+    pub fn shard(mut self, shard: crate::sharding::ShardSelector) -> Self {
+        self.reflector.shard = Some(shard);
+        self
+    }
+
     /// Sets [`Self::fifo_mode`].
     #[must_use]
     pub fn fifo_mode(mut self, mode: FifoMode) -> Self {

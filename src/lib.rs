@@ -89,6 +89,7 @@ pub mod lister;
 pub mod prometheus;
 pub mod reflector;
 pub mod selector;
+pub mod sharding;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -25,6 +25,8 @@ mod support;
 mod crd;
 #[path = "e2e/recovery.rs"]
 mod recovery;
+#[path = "e2e/sharding.rs"]
+mod sharding;
 #[path = "e2e/streaming.rs"]
 mod streaming;
 #[path = "e2e/typed.rs"]

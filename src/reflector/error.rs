@@ -39,6 +39,9 @@ pub enum ListWatchError {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// A sharded list the server did not shard as asked (see [`crate::sharding`]).
+    #[error(transparent)]
+    Shard(#[from] crate::sharding::ShardError),
 }
 
 impl ListWatchError {
@@ -123,6 +126,10 @@ pub enum Error {
     /// An object from the server could not be queued (for example it has no name).
     #[error("cannot queue object: {0}")]
     Store(#[source] FifoError),
+    /// The server sent an object outside the reflector's shard
+    /// ([`ShardError::OutOfShard`](crate::sharding::ShardError::OutOfShard)); it is not cached.
+    #[error("{0}")]
+    OutOfShard(#[source] crate::sharding::ShardError),
     /// A streaming initial list (watch-list) failed; the reflector falls back to list + watch.
     #[error("streaming list failed, falling back to list+watch: {0}")]
     WatchList(#[source] ListWatchError),

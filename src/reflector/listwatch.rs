@@ -49,6 +49,9 @@ pub struct ListOptions {
     /// timeout). kube's client sets no read timeout, so without this a request on a dead
     /// connection would wait for ever.
     pub idle_timeout: Option<std::time::Duration>,
+    /// `shardSelector` (KEP-5866): only the objects of this shard. The server echoes it in
+    /// [`ListSummary::shard_info`]; one that does not ignored it.
+    pub shard_selector: Option<String>,
 }
 
 impl Default for ListOptions {
@@ -60,6 +63,7 @@ impl Default for ListOptions {
             continue_token: None,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             idle_timeout: Some(super::DEFAULT_WATCH_IDLE_TIMEOUT),
+            shard_selector: None,
         }
     }
 }
@@ -77,6 +81,8 @@ pub struct WatchOptions {
     pub send_initial_events: bool,
     /// The largest watch event to accept, in bytes (as [`ListOptions::max_object_bytes`]).
     pub max_object_bytes: usize,
+    /// `shardSelector` (as [`ListOptions::shard_selector`]).
+    pub shard_selector: Option<String>,
 }
 
 impl Default for WatchOptions {
@@ -87,6 +93,7 @@ impl Default for WatchOptions {
             allow_bookmarks: false,
             send_initial_events: false,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            shard_selector: None,
         }
     }
 }
@@ -127,6 +134,7 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
                 metadata: page.metadata,
                 items,
                 undecodable: page.undecodable,
+                shard_info: page.shard_info,
             })
         }
         .boxed()
@@ -150,6 +158,8 @@ pub struct ListSummary {
     pub items: usize,
     /// Items that do not decode as `K`, left out (see [`ListPage::undecodable`]).
     pub undecodable: Vec<UndecodableObject>,
+    /// `metadata.shardInfo.selector` (see [`ListPage::shard_info`]).
+    pub shard_info: Option<String>,
 }
 
 impl ListSummary {
@@ -159,6 +169,7 @@ impl ListSummary {
             metadata,
             items,
             undecodable: Vec::new(),
+            shard_info: None,
         }
     }
 }
@@ -304,6 +315,9 @@ impl<K> ApiListerWatcher<K> {
         options: &ListOptions,
     ) -> Result<http::Response<kube::client::Body>, ListWatchError> {
         let mut q = self.query(false);
+        if let Some(shard) = &options.shard_selector {
+            q.pair("shardSelector", shard);
+        }
         if let Some(limit) = options.limit {
             q.pair("limit", &limit.to_string());
         }
@@ -388,6 +402,7 @@ where
                 metadata: page.metadata,
                 items: page.items.len(),
                 undecodable: page.undecodable,
+                shard_info: page.shard_info,
             })
         }
         .boxed()
@@ -400,6 +415,9 @@ where
         async move {
             let mut q = self.query(true);
             q.pair("timeoutSeconds", &options.timeout_seconds.to_string());
+            if let Some(shard) = &options.shard_selector {
+                q.pair("shardSelector", shard);
+            }
             if options.allow_bookmarks {
                 q.pair("allowWatchBookmarks", "true");
             }

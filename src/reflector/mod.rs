@@ -141,6 +141,15 @@ pub struct ReflectorConfig {
     /// memory stays bounded whatever the server sends. Passed to the [`ListerWatcher`] in
     /// [`ListOptions::max_object_bytes`] and [`WatchOptions::max_object_bytes`].
     pub max_object_bytes: usize,
+    /// List and watch only this shard of the collection (KEP-5866; see [`crate::sharding`]).
+    /// Every list and watch, relists included, carries it as `shardSelector`. A list response
+    /// without `metadata.shardInfo` (a server that ignores the selector) fails the list with
+    /// [`ShardError::Unsupported`](crate::sharding::ShardError::Unsupported), and an object
+    /// outside the shard is reported ([`Error::OutOfShard`]) and not cached: the reflector
+    /// never falls back to caching the whole collection. A sharded reflector lists rather than
+    /// stream its initial list ([`Self::streaming_list`] is not used), since only a list
+    /// response tells whether the server applied the selector. Default `None`.
+    pub shard: Option<crate::sharding::ShardSelector>,
 }
 
 impl Default for ReflectorConfig {
@@ -154,6 +163,7 @@ impl Default for ReflectorConfig {
             streaming_list: false,
             resync_period: Duration::ZERO,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            shard: None,
         }
     }
 }
@@ -206,6 +216,13 @@ impl ReflectorConfig {
     #[must_use]
     pub fn resync_period(mut self, d: Duration) -> Self {
         self.resync_period = d;
+        self
+    }
+
+    /// Sets [`Self::shard`].
+    #[must_use]
+    pub fn shard(mut self, shard: crate::sharding::ShardSelector) -> Self {
+        self.shard = Some(shard);
         self
     }
 
@@ -285,6 +302,45 @@ pub struct Reflector<K, S = DeltaFifo<K>> {
     watch_list_unsupported: bool,
     backoff: Backoff,
     rng: fastrand::Rng,
+}
+
+/// The report for an object the server sent from outside `shard`.
+fn out_of_shard<K: Resource>(
+    shard: &crate::sharding::ShardSelector,
+    obj: &K,
+) -> crate::sharding::ShardError {
+    let meta = obj.meta();
+    let name = meta.name.as_deref().unwrap_or("");
+    let key = match meta.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_string(),
+    };
+    crate::sharding::ShardError::OutOfShard {
+        key,
+        selector: shard.to_string(),
+    }
+}
+
+/// A sharded list must echo the selector in `metadata.shardInfo`: a server that does not
+/// shard sends the whole collection without it.
+fn check_shard_info(
+    shard: &crate::sharding::ShardSelector,
+    echoed: Option<&str>,
+) -> Result<(), ListWatchError> {
+    use crate::sharding::{ShardError, ShardSelector};
+    let asked = shard.to_string();
+    let Some(echoed) = echoed else {
+        return Err(ShardError::Unsupported { selector: asked }.into());
+    };
+    if echoed.parse::<ShardSelector>().ok().as_ref() == Some(shard) {
+        Ok(())
+    } else {
+        Err(ShardError::Mismatch {
+            asked,
+            applied: echoed.to_string(),
+        }
+        .into())
+    }
 }
 
 /// The default watch-error handler: a `tracing` warning (expired versions at debug level and
@@ -516,7 +572,8 @@ where
     /// The `List` state: a streaming list when enabled (handing back its watch to go on with),
     /// else a list.
     async fn list_or_stream(&mut self) -> Result<Option<Watching<K>>, Error> {
-        if self.config.streaming_list && !self.watch_list_unsupported {
+        if self.config.streaming_list && !self.watch_list_unsupported && self.config.shard.is_none()
+        {
             match self.watch_list().await {
                 Ok(w) => return Ok(Some(w)),
                 Err(e) => {
@@ -544,6 +601,7 @@ where
             allow_bookmarks: true,
             send_initial_events: false,
             max_object_bytes: self.config.max_object_bytes,
+            shard_selector: self.shard_selector(),
         };
         let idle = self.idle_timeout(timeout_seconds);
         // The server answers a watch's headers at once; one that does not within the start
@@ -596,6 +654,7 @@ where
             continue_token: None,
             max_object_bytes: self.config.max_object_bytes,
             idle_timeout: self.list_idle_timeout(),
+            shard_selector: self.shard_selector(),
         };
         let mut items = Vec::new();
         let mut rejected = Vec::new();
@@ -615,6 +674,7 @@ where
                     let full = ListOptions {
                         max_object_bytes: self.config.max_object_bytes,
                         idle_timeout: self.list_idle_timeout(),
+                        shard_selector: self.shard_selector(),
                         ..Default::default()
                     };
                     let summary = self.list_page(full, &mut items, &mut rejected).await?;
@@ -650,11 +710,38 @@ where
         rejected: &mut Vec<crate::fifo::FifoError>,
     ) -> Result<ListSummary, ListWatchError> {
         let store = &self.store;
-        let mut sink = |obj: K| match store.list_item(obj) {
-            Ok(item) => items.push(item),
-            Err(e) => rejected.push(e),
+        let shard = self.config.shard.as_ref();
+        let mut outside = Vec::new();
+        let mut sink = |obj: K| {
+            if let Some(shard) = shard.filter(|s| !s.matches(&obj)) {
+                outside.push(out_of_shard(shard, &obj));
+                return;
+            }
+            match store.list_item(obj) {
+                Ok(item) => items.push(item),
+                Err(e) => rejected.push(e),
+            }
         };
-        self.lw.list_each(options, &mut sink).await
+        let summary = self.lw.list_each(options, &mut sink).await?;
+        if let Some(shard) = shard {
+            check_shard_info(shard, summary.shard_info.as_deref())?;
+        }
+        for e in outside {
+            self.report(&Error::OutOfShard(e));
+        }
+        Ok(summary)
+    }
+
+    fn shard_selector(&self) -> Option<String> {
+        self.config.shard.as_ref().map(ToString::to_string)
+    }
+
+    /// A watched object outside the shard: reported, not cached, its version still passed.
+    fn skip_out_of_shard(&mut self, shard: &crate::sharding::ShardSelector, obj: &K) {
+        let rv = object_rv(obj);
+        self.report(&Error::OutOfShard(out_of_shard(shard, obj)));
+        self.set_last_rv(&rv);
+        self.store.bookmark(&rv);
     }
 
     /// Items of a list that were left out (they do not decode, or the store refused them): a
@@ -689,6 +776,7 @@ where
             allow_bookmarks: true,
             send_initial_events: true,
             max_object_bytes: self.config.max_object_bytes,
+            shard_selector: self.shard_selector(),
         };
         let start = self.watch_start_timeout(idle);
         let mut stream = tokio::time::timeout(start, self.lw.watch(options))
@@ -805,6 +893,17 @@ where
             Ok(Some(Err(e))) => return Err(Error::Watch(e)),
             Ok(Some(Ok(ev))) => ev,
         };
+        if let (
+            Some(shard),
+            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o),
+        ) = (&self.config.shard, &ev)
+            && !shard.matches(o)
+        {
+            w.events += 1;
+            let shard = shard.clone();
+            self.skip_out_of_shard(&shard, o);
+            return Ok(true);
+        }
         let (rv, res) = match ev {
             WatchEvent::Added(o) => (object_rv(&o), self.store.add(o)),
             WatchEvent::Modified(o) => (object_rv(&o), self.store.update(o)),

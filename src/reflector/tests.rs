@@ -983,3 +983,145 @@ async fn an_invalid_backoff_is_replaced_by_the_default() {
         "{d:?}"
     );
 }
+
+mod sharded {
+    use super::*;
+    use crate::sharding::{ShardError, ShardSelector};
+
+    /// A ConfigMap whose uid hashes into (or out of) `shard`.
+    fn cm_in(shard: &ShardSelector, inside: bool, name: &str, rv: &str) -> ConfigMap {
+        let mut obj = cm("ns", name, rv);
+        let uid = (0..)
+            .map(|i| format!("{name}-uid-{i}"))
+            .find(|u| shard.matches_value(u) == inside)
+            .expect("some uid hashes each way");
+        obj.metadata.uid = Some(uid);
+        obj
+    }
+
+    fn sharded_page(shard: &ShardSelector, rv: &str, items: Vec<ConfigMap>) -> ListPage<ConfigMap> {
+        let mut p = page(rv, None, items);
+        p.shard_info = Some(shard.to_string());
+        p
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_list_and_watch_carries_the_shard_selector() {
+        let shard = ShardSelector::of(0, 2).unwrap();
+        let lw = MockLw::new();
+        lw.list(Ok(sharded_page(
+            &shard,
+            "10",
+            vec![cm_in(&shard, true, "a", "5")],
+        )))
+        .watch(WatchScript::Fail(ListWatchError::Api(gone_status())))
+        .list(Ok(sharded_page(
+            &shard,
+            "12",
+            vec![cm_in(&shard, true, "a", "5")],
+        )));
+        let r = start(&lw, no_jitter().shard(shard.clone()).streaming_list(true));
+        lw.wait_for("the watch after the relist", |rs| {
+            rs.iter().filter(|r| is_watch(r)).count() >= 2
+        })
+        .await;
+        let want = Some(shard.to_string());
+        let reqs = lw.requests();
+        // Lists, not a streaming list: only a list response confirms the shard.
+        assert!(is_list(&reqs[0]) && is_list(&reqs[2]), "{reqs:#?}");
+        for r in &reqs {
+            match r {
+                Request::List(o) => assert_eq!(o.shard_selector, want),
+                Request::Watch(o) => {
+                    assert_eq!(o.shard_selector, want);
+                    assert!(!o.send_initial_events);
+                }
+            }
+        }
+        assert_eq!(r.status.last_sync_resource_version(), "12");
+        assert!(r.errors.lock().iter().all(|e| !e.contains("shard")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_list_without_shard_info_fails_and_caches_nothing() {
+        let shard = ShardSelector::of(1, 3).unwrap();
+        let lw = MockLw::new();
+        // A server without the gate: the whole collection, no shardInfo.
+        lw.list(Ok(page(
+            "10",
+            None,
+            vec![
+                cm_in(&shard, true, "a", "5"),
+                cm_in(&shard, false, "b", "6"),
+            ],
+        )));
+        let r = start(&lw, no_jitter().shard(shard.clone()));
+        lw.wait_for("a second list", |rs| {
+            rs.iter().filter(|r| is_list(r)).count() >= 2
+        })
+        .await;
+        let errors = r.errors.lock().clone();
+        assert!(
+            errors[0].contains("ignored the shard selector")
+                && errors[0].contains("ShardedListAndWatch"),
+            "{errors:?}"
+        );
+        assert!(!r.fifo.has_synced());
+        assert!(lw.requests().iter().all(is_list), "never watched unsharded");
+        let err = check_shard_info(&shard, None).unwrap_err();
+        assert!(matches!(
+            err,
+            ListWatchError::Shard(ShardError::Unsupported { .. })
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_different_echoed_selector_is_a_mismatch() {
+        let shard = ShardSelector::of(0, 2).unwrap();
+        let other = ShardSelector::of(1, 2).unwrap();
+        let err = check_shard_info(&shard, Some(&other.to_string())).unwrap_err();
+        assert!(matches!(
+            err,
+            ListWatchError::Shard(ShardError::Mismatch { .. })
+        ));
+        assert!(check_shard_info(&shard, Some("not a selector")).is_err());
+        assert!(check_shard_info(&shard, Some(&shard.to_string())).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn objects_outside_the_shard_are_reported_and_not_cached() {
+        let shard = ShardSelector::of(0, 2).unwrap();
+        let lw = MockLw::new();
+        lw.list(Ok(sharded_page(
+            &shard,
+            "10",
+            vec![
+                cm_in(&shard, true, "in", "5"),
+                cm_in(&shard, false, "out", "6"),
+            ],
+        )))
+        .watch(WatchScript::EventsThenHang(vec![
+            Ok(WatchEvent::Added(cm_in(&shard, false, "out2", "11"))),
+            Ok(WatchEvent::Added(cm_in(&shard, true, "in2", "12"))),
+            Ok(WatchEvent::Modified(cm_in(&shard, false, "out3", "13"))),
+        ]));
+        let r = start(&lw, no_jitter().shard(shard.clone()));
+        let mut seen = Vec::new();
+        while seen.len() < 2 {
+            seen.extend(drain(&r.fifo).await.into_iter().map(|(k, _)| k));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        seen.extend(drain(&r.fifo).await.into_iter().map(|(k, _)| k));
+        assert_eq!(seen, vec!["ns/in".to_string(), "ns/in2".to_string()]);
+        let errors = r.errors.lock().clone();
+        let outside: Vec<_> = errors
+            .iter()
+            .filter(|e| e.contains("outside the shard"))
+            .collect();
+        assert_eq!(outside.len(), 3, "{errors:?}");
+        assert!(outside[0].contains("ns/out") && outside[2].contains("ns/out3"));
+        // The skipped events' versions still count.
+        assert_eq!(r.status.last_sync_resource_version(), "13");
+    }
+}

@@ -70,6 +70,11 @@
 //!   ("sendInitialEvents is forbidden for watch unless the WatchList feature gate is
 //!   enabled"); servers older than 1.27 reject them too, since `resourceVersionMatch` was
 //!   forbidden for watches. Either way a client must fall back to list + watch.
+//! - `shardSelector` (KEP-5866) only with
+//!   [`set_sharding_supported(true)`](FakeApiServer::set_sharding_supported), as kube-apiserver
+//!   honours it only with the alpha `ShardedListAndWatch` gate: then lists and watches see only
+//!   the shard's objects and sharded lists carry `metadata.shardInfo`; otherwise the parameter
+//!   is ignored.
 //! - With label or field selectors an object that stops matching is sent as `DELETED` (its
 //!   last matching state, stamped with the new RV) and one that starts matching as `ADDED`.
 //! - Bookmarks (only with `allowWatchBookmarks=true`) are sent on demand
@@ -211,6 +216,7 @@ pub struct RecordedRequest {
 #[derive(Debug, Clone, Copy)]
 struct Settings {
     watch_list: bool,
+    sharding: bool,
     bookmark_interval: Option<Duration>,
 }
 
@@ -352,6 +358,7 @@ impl FakeApiServer {
             requests: Mutex::new(Vec::new()),
             settings: Mutex::new(Settings {
                 watch_list: true,
+                sharding: false,
                 bookmark_interval: Some(DEFAULT_BOOKMARK_INTERVAL),
             }),
             watch_abort: watch::Sender::new(0),
@@ -731,6 +738,16 @@ impl FakeApiServer {
     /// server without the `WatchList` feature (see the [module docs](self)).
     pub fn set_watch_list_supported(&self, supported: bool) {
         self.shared.settings.lock().watch_list = supported;
+    }
+
+    /// Whether `shardSelector` is honoured (KEP-5866; default `false`, as kube-apiserver's
+    /// alpha `ShardedListAndWatch` gate). With it on, lists and watches return only the objects
+    /// whose FNV-1a hash of `metadata.uid` (or `metadata.namespace`) falls in the selector's
+    /// ranges, sharded lists echo the selector in `metadata.shardInfo`, and a malformed selector
+    /// is a `400 Bad Request`. With it off the parameter is ignored, as a server without the
+    /// gate does: the whole collection comes back, without `shardInfo`.
+    pub fn set_sharding_supported(&self, supported: bool) {
+        self.shared.settings.lock().sharding = supported;
     }
 
     /// How many events a watcher may lag behind before it is cut off (default 1024); applies

@@ -33,6 +33,8 @@ pub struct QueryParams {
     pub label_selector: Option<String>,
     /// `fieldSelector`.
     pub field_selector: Option<String>,
+    /// `shardSelector` (KEP-5866).
+    pub shard_selector: Option<String>,
 }
 
 impl QueryParams {
@@ -53,6 +55,7 @@ impl QueryParams {
                 "sendInitialEvents" => &mut q.send_initial_events,
                 "labelSelector" => &mut q.label_selector,
                 "fieldSelector" => &mut q.field_selector,
+                "shardSelector" => &mut q.shard_selector,
                 _ => continue,
             };
             *slot = Some(v);
@@ -410,10 +413,24 @@ pub(crate) struct Filter {
     pub fields: FieldSelector,
     /// The namespace of the request path, if any.
     pub namespace: Option<String>,
+    /// The shard selector, when the server shards and one was given.
+    pub shard: Option<crate::sharding::ShardSelector>,
 }
 
 impl Filter {
-    pub fn from_query(q: &QueryParams, namespace: Option<String>) -> Result<Self, ApiError> {
+    /// The request's filter; `sharding` says whether the server honours `shardSelector`.
+    pub fn from_query(
+        q: &QueryParams,
+        namespace: Option<String>,
+        sharding: bool,
+    ) -> Result<Self, ApiError> {
+        let shard = match q.shard_selector.as_deref() {
+            Some(s) if sharding => Some(
+                s.parse::<crate::sharding::ShardSelector>()
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?,
+            ),
+            _ => None,
+        };
         let labels = match q.label_selector.as_deref() {
             Some(s) => parse_label_selector(s)
                 .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
@@ -427,6 +444,7 @@ impl Filter {
             labels,
             fields,
             namespace,
+            shard,
         })
     }
 
@@ -438,6 +456,15 @@ impl Filter {
         }
         if !self.fields.matches(obj) {
             return false;
+        }
+        if let Some(shard) = &self.shard {
+            let field = match shard.key() {
+                crate::sharding::ShardKey::Uid => "uid",
+                crate::sharding::ShardKey::Namespace => "namespace",
+            };
+            if !shard.matches_value(obj["metadata"][field].as_str().unwrap_or("")) {
+                return false;
+            }
         }
         if self.labels.selects_all() {
             return true;

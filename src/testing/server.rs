@@ -474,7 +474,8 @@ fn list(
     metadata_only: bool,
 ) -> Result<Response<Body>, ApiError> {
     validate_list(q)?;
-    let filter = Filter::from_query(q, namespace)?;
+    let sharding = shared.settings.lock().sharding;
+    let filter = Filter::from_query(q, namespace, sharding)?;
     let limit = match q.limit.as_deref().filter(|l| !l.is_empty()) {
         Some(l) => l
             .parse::<i64>()
@@ -531,9 +532,13 @@ fn list(
         // Like the apiserver, the count is only known without selectors.
         if q.label_selector.as_deref().unwrap_or("").is_empty()
             && q.field_selector.as_deref().unwrap_or("").is_empty()
+            && filter.shard.is_none()
         {
             meta["remainingItemCount"] = json!(rest.len());
         }
+    }
+    if let Some(shard) = &filter.shard {
+        meta["shardInfo"] = json!({ "selector": shard.to_string() });
     }
     let items: Vec<Value> = matching
         .into_iter()
@@ -676,7 +681,7 @@ fn watch(
 ) -> Result<Response<Body>, ApiError> {
     let settings = *shared.settings.lock();
     validate_watch(q, settings.watch_list)?;
-    let filter = Filter::from_query(q, namespace)?;
+    let filter = Filter::from_query(q, namespace, settings.sharding)?;
     let timeout = match q.timeout_seconds.as_deref().filter(|t| !t.is_empty()) {
         Some(t) => Some(Duration::from_secs(t.parse::<u64>().map_err(|_| {
             ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}"))

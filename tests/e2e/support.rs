@@ -67,6 +67,8 @@ pub struct Cluster {
     etcd_port: u16,
     apiserver_port: u16,
     ca_der: Vec<u8>,
+    /// `--feature-gates` of kube-apiserver, kept across restarts (empty: the defaults).
+    feature_gates: String,
 }
 
 impl Cluster {
@@ -76,15 +78,22 @@ impl Cluster {
     /// When [`BIN_ENV`] is unset (see [`bin_dir`]) or the cluster cannot be started (with the
     /// log tail): a misconfigured run must fail loudly, never pass having run nothing.
     pub async fn start_for(test: &str) -> Cluster {
+        Cluster::start_for_with_gates(test, "").await
+    }
+
+    /// As [`Cluster::start_for`], with kube-apiserver's `--feature-gates` set to `gates` (for
+    /// example `ShardedListAndWatch=true`).
+    pub async fn start_for_with_gates(test: &str, gates: &str) -> Cluster {
         let bin = bin_dir(test);
-        match Cluster::start(&bin).await {
+        match Cluster::start(&bin, gates).await {
             Ok(cluster) => cluster,
             Err(err) => panic!("{test}: cannot start the e2e cluster: {err}"),
         }
     }
 
-    /// Starts etcd and kube-apiserver from `bin` and waits until the apiserver is ready.
-    pub async fn start(bin: &Path) -> Result<Cluster, String> {
+    /// Starts etcd and kube-apiserver from `bin` (with `--feature-gates=gates` unless empty)
+    /// and waits until the apiserver is ready.
+    pub async fn start(bin: &Path, gates: &str) -> Result<Cluster, String> {
         for name in ["etcd", "kube-apiserver"] {
             if !bin.join(name).is_file() {
                 return Err(format!(
@@ -103,6 +112,7 @@ impl Cluster {
             etcd_port: 0,
             apiserver_port: free_port()?,
             ca_der: Vec::new(),
+            feature_gates: gates.to_owned(),
         };
         cluster.write_credentials()?;
         cluster.start_etcd().await?;
@@ -209,6 +219,10 @@ impl Cluster {
             "--etcd-compaction-interval=0".to_owned(),
             "--profiling=false".to_owned(),
         ];
+        let mut args = args.to_vec();
+        if !self.feature_gates.is_empty() {
+            args.push(format!("--feature-gates={}", self.feature_gates));
+        }
         self.apiserver = Some(self.spawn("kube-apiserver", &args)?);
         self.wait_apiserver_ready().await
     }

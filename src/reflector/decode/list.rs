@@ -21,6 +21,10 @@ pub struct ListPage<K> {
     /// written under a newer schema): left out of `items`, so one bad object cannot keep a whole
     /// informer from syncing; the reflector reports each.
     pub undecodable: Vec<UndecodableObject>,
+    /// `metadata.shardInfo.selector`: the shard selector the server applied (KEP-5866), absent
+    /// from unsharded lists and from servers that do not shard. k8s-openapi's `ListMeta` has no
+    /// such field yet, so it is read beside it.
+    pub shard_info: Option<String>,
 }
 
 impl<K> ListPage<K> {
@@ -30,8 +34,24 @@ impl<K> ListPage<K> {
             metadata,
             items,
             undecodable: Vec::new(),
+            shard_info: None,
         }
     }
+}
+
+/// A list's `metadata` as sent: k8s-openapi's `ListMeta` and the newer `shardInfo`.
+#[derive(Deserialize)]
+struct WireListMeta {
+    #[serde(flatten)]
+    meta: ListMeta,
+    #[serde(rename = "shardInfo", default)]
+    shard_info: Option<WireShardInfo>,
+}
+
+#[derive(Deserialize)]
+struct WireShardInfo {
+    #[serde(default)]
+    selector: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,6 +224,7 @@ impl<K: DeserializeOwned, T> ListDecoder<K, T> {
                 margin,
                 retry_at: margin,
                 metadata: None,
+                shard_info: None,
                 items: Vec::new(),
                 undecodable: Vec::new(),
                 _k: PhantomData,
@@ -256,6 +277,7 @@ impl<K: DeserializeOwned, T> ListDecoder<K, T> {
             metadata: p.metadata.unwrap_or_default(),
             items: p.items,
             undecodable: p.undecodable,
+            shard_info: p.shard_info,
         })
     }
 }
@@ -297,6 +319,7 @@ struct ListParser<K, T> {
     /// Undecoded bytes needed before the next attempt at a value.
     retry_at: usize,
     metadata: Option<ListMeta>,
+    shard_info: Option<String>,
     items: Vec<T>,
     undecodable: Vec<UndecodableObject>,
     _k: PhantomData<fn() -> K>,
@@ -420,9 +443,10 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
                     let rest = &data[*i..];
                     let len = match field {
                         FieldName::Metadata => self
-                            .value::<ListMeta>(rest, finished, "list", at)?
+                            .value::<WireListMeta>(rest, finished, "list", at)?
                             .map(|(meta, len)| {
-                                self.metadata = Some(meta);
+                                self.metadata = Some(meta.meta);
+                                self.shard_info = meta.shard_info.map(|i| i.selector);
                                 len
                             }),
                         FieldName::Items => self
