@@ -126,6 +126,30 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic".to_owned())
 }
 
+/// `K`'s type name with every module path dropped, generic arguments kept:
+/// `kube_core::metadata::PartialObjectMeta<k8s_openapi::api::core::v1::Pod>` becomes
+/// `PartialObjectMeta<Pod>`.
+pub(crate) fn short_type_name<K: ?Sized>() -> String {
+    let full = std::any::type_name::<K>();
+    let mut out = String::with_capacity(full.len());
+    let mut path_start = 0;
+    let push_path = |out: &mut String, path: &str| {
+        out.push_str(path.rsplit("::").next().unwrap_or(path));
+    };
+    for (i, c) in full.char_indices() {
+        if matches!(
+            c,
+            '<' | '>' | ',' | ' ' | '(' | ')' | '[' | ']' | ';' | '&' | '*'
+        ) {
+            push_path(&mut out, &full[path_start..i]);
+            out.push(c);
+            path_start = i + c.len_utf8();
+        }
+    }
+    push_path(&mut out, &full[path_start..]);
+    out
+}
+
 pub use factory::{CacheSyncError, FactoryConfig, SharedInformerFactory, SyncResult};
 pub use fifo::{
     DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
@@ -140,7 +164,9 @@ pub use informer::{
     ResourceEventHandlerFuncs, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 pub use lister::{Lister, NamespaceLister};
-pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
+pub use reflector::{
+    ApiListerWatcher, BackoffConfig, ListWatchTarget, ListerWatcher, Reflector, ReflectorConfig,
+};
 pub use selector::{SelectorArg, parse_label_selector};
 pub use store::{
     Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource, NAMESPACE_INDEX, ObjectKey,
