@@ -78,6 +78,28 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
+//!
+//! # Logging
+//!
+//! The crate logs through [`tracing`]; install any subscriber to see it. Every informer has an
+//! INFO-level span named `informer` ([`SharedIndexInformer::span`]), and everything it logs is
+//! emitted inside it: its reflector's lists, watches and retries, its FIFO processing, its
+//! handlers (tasks on the handler thread and dedicated threads alike), and the factory's
+//! cache-sync lines for it. The span is made with the informer, so install the subscriber
+//! before creating informers. Its fields, from [`ListerWatcher::target`]:
+//!
+//! | field | value |
+//! |---|---|
+//! | `informer` | its name ([`InformerConfig::name`]): in a factory `v1/Pod`, `v1/Pod (metadata)`, `stable.example.com/v1/CronTab (dynamic)`; otherwise `v1/pods`, or the type when the lister-watcher does not tell |
+//! | `group` | API group, `""` for core |
+//! | `version` | API version |
+//! | `resource` | resource, plural (`pods`) |
+//! | `namespace` | the namespace, `""` for all namespaces (client-go `NamespaceAll`) |
+//! | `label_selector`, `field_selector` | the selectors, left out when there are none |
+//!
+//! [`SharedInformerFactory::wait_for_cache_sync`] logs client-go's `WaitForNamedCacheSync`
+//! lines at INFO, `Waiting for caches to sync for v1/Pod` and `Caches are synced for v1/Pod`,
+//! so the usual greps find them. Reflector events also carry `reflector`, the informer's name.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

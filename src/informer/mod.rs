@@ -660,8 +660,8 @@ where
     }
 
     /// The `tracing` span every log line of this informer is emitted in (its fields are listed
-    /// in the crate docs, "Logging"); enter it, or [`Instrument`](tracing::Instrument) a future
-    /// with a clone, to log under it too.
+    /// in the crate docs, "Logging"); enter it, or instrument a future with a clone
+    /// ([`tracing::Instrument`]), to log under it too.
     pub fn span(&self) -> &tracing::Span {
         &self.inner.span
     }
