@@ -17,6 +17,7 @@ use kube::{
 };
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
+use tracing::Instrument;
 
 use crate::{
     informer::{
@@ -249,6 +250,7 @@ trait AnyInformer: Send + Sync {
     fn wait_for_cache_sync(&self) -> BoxFuture<'static, bool>;
     fn shutdown(&self) -> BoxFuture<'static, ()>;
     fn as_any(&self) -> &dyn Any;
+    fn span(&self) -> tracing::Span;
 }
 
 impl<K> AnyInformer for SharedIndexInformer<K>
@@ -271,6 +273,9 @@ where
     }
     fn as_any(&self) -> &dyn Any {
         self
+    }
+    fn span(&self) -> tracing::Span {
+        SharedIndexInformer::span(self).clone()
     }
 }
 
@@ -352,7 +357,7 @@ impl SharedInformerFactory {
         }
     }
 
-    fn informer_config<K: 'static>(&self, gvr: [String; 3]) -> InformerConfig {
+    fn informer_config<K: 'static>(&self, log_name: String, gvr: [String; 3]) -> InformerConfig {
         let c = &self.inner.config;
         let resync = c
             .custom_resync
@@ -365,6 +370,7 @@ impl SharedInformerFactory {
             .copied()
             .unwrap_or(c.fifo_mode);
         let mut config = InformerConfig::default()
+            .name(log_name)
             .resync_period(resync)
             .reflector(c.reflector.clone())
             .fifo_mode(fifo_mode);
@@ -436,10 +442,11 @@ impl SharedInformerFactory {
             url: url.clone(),
             metadata_only,
         };
+        let log_name = informer_name(&key);
         self.get_or_create(key, || {
             SharedIndexInformer::new(
                 self.lister_watcher::<T>(url, metadata_only),
-                self.informer_config::<T>(gvr),
+                self.informer_config::<T>(log_name, gvr),
             )
         })
     }
@@ -477,6 +484,8 @@ impl SharedInformerFactory {
     /// A dynamic informer for the resource `ar` (for kinds known only at run time, such as
     /// custom resources without Rust types). `scope` is the resource's, from discovery
     /// (`ApiCapabilities::scope`): a cluster-scoped resource ignores the factory's namespace.
+    /// It is named `apiVersion/Kind (dynamic)` (`stable.example.com/v1/CronTab (dynamic)`) in
+    /// sync results and logs, apart from a typed informer of the same kind.
     pub fn dynamic_informer(
         &self,
         ar: &ApiResource,
@@ -484,7 +493,9 @@ impl SharedInformerFactory {
     ) -> SharedIndexInformer<DynamicObject> {
         let namespaced = matches!(scope, Scope::Namespaced);
         let url = DynamicObject::url_path(ar, self.namespace_for(namespaced));
-        let name = format!("{}/{}/{}", ar.group, ar.version, ar.plural);
+        // apiVersion/Kind as for typed informers, marked so that a typed and a dynamic informer
+        // of one kind stay apart in sync results.
+        let name = format!("{}/{} (dynamic)", ar.api_version, ar.kind);
         let gvr = [ar.group.clone(), ar.version.clone(), ar.plural.clone()];
         self.shared_informer(name, url, false, gvr)
     }
@@ -538,15 +549,20 @@ impl SharedInformerFactory {
             .map(|(k, e)| (informer_name(k), e.informer.clone()))
             .collect();
         let mut out = BTreeMap::new();
-        // client-go `WaitForNamedCacheSync`'s two log lines, per informer.
+        // client-go `WaitForNamedCacheSync`'s two log lines, per informer, in its span.
         for (name, inf) in started {
-            tracing::info!(informer = %name, "Waiting for caches to sync for {name}");
-            let ok = inf.wait_for_cache_sync().await;
-            if ok {
-                tracing::info!(informer = %name, "Caches are synced for {name}");
-            } else {
-                tracing::warn!(informer = %name, "Informer for {name} stopped before its cache synced");
+            let ok = async {
+                tracing::info!(informer = %name, "Waiting for caches to sync for {name}");
+                let ok = inf.wait_for_cache_sync().await;
+                if ok {
+                    tracing::info!(informer = %name, "Caches are synced for {name}");
+                } else {
+                    tracing::warn!(informer = %name, "Informer for {name} stopped before its cache synced");
+                }
+                ok
             }
+            .instrument(inf.span())
+            .await;
             out.insert(name, ok);
         }
         out

@@ -78,6 +78,28 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
+//!
+//! # Logging
+//!
+//! The crate logs through [`tracing`]; install any subscriber to see it. Every informer has an
+//! INFO-level span named `informer` ([`SharedIndexInformer::span`]), and everything it logs is
+//! emitted inside it: its reflector's lists, watches and retries, its FIFO processing, its
+//! handlers (tasks on the handler thread and dedicated threads alike), and the factory's
+//! cache-sync lines for it. The span is made with the informer, so install the subscriber
+//! before creating informers. Its fields, from [`ListerWatcher::target`]:
+//!
+//! | field | value |
+//! |---|---|
+//! | `informer` | its name ([`InformerConfig::name`]): in a factory `v1/Pod`, `v1/Pod (metadata)`, `stable.example.com/v1/CronTab (dynamic)`; otherwise `v1/pods`, or the type when the lister-watcher does not tell |
+//! | `group` | API group, `""` for core |
+//! | `version` | API version |
+//! | `resource` | resource, plural (`pods`) |
+//! | `namespace` | the namespace, `""` for all namespaces (client-go `NamespaceAll`) |
+//! | `label_selector`, `field_selector` | the selectors, left out when there are none |
+//!
+//! [`SharedInformerFactory::wait_for_cache_sync`] logs client-go's `WaitForNamedCacheSync`
+//! lines at INFO, `Waiting for caches to sync for v1/Pod` and `Caches are synced for v1/Pod`,
+//! so the usual greps find them. Reflector events also carry `reflector`, the informer's name.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -127,6 +149,30 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic".to_owned())
 }
 
+/// `K`'s type name with every module path dropped, generic arguments kept:
+/// `kube_core::metadata::PartialObjectMeta<k8s_openapi::api::core::v1::Pod>` becomes
+/// `PartialObjectMeta<Pod>`.
+pub(crate) fn short_type_name<K: ?Sized>() -> String {
+    let full = std::any::type_name::<K>();
+    let mut out = String::with_capacity(full.len());
+    let mut path_start = 0;
+    let push_path = |out: &mut String, path: &str| {
+        out.push_str(path.rsplit("::").next().unwrap_or(path));
+    };
+    for (i, c) in full.char_indices() {
+        if matches!(
+            c,
+            '<' | '>' | ',' | ' ' | '(' | ')' | '[' | ']' | ';' | '&' | '*'
+        ) {
+            push_path(&mut out, &full[path_start..i]);
+            out.push(c);
+            path_start = i + c.len_utf8();
+        }
+    }
+    push_path(&mut out, &full[path_start..]);
+    out
+}
+
 pub use factory::{CacheSyncError, FactoryConfig, SharedInformerFactory, SyncResult};
 pub use fifo::{
     DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaObject, DeltaType, Deltas, FifoError,
@@ -141,7 +187,9 @@ pub use informer::{
     ResourceEventHandlerFuncs, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 pub use lister::{Lister, NamespaceLister};
-pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
+pub use reflector::{
+    ApiListerWatcher, BackoffConfig, ListWatchTarget, ListerWatcher, Reflector, ReflectorConfig,
+};
 pub use selector::{SelectorArg, parse_label_selector};
 pub use store::{
     Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource, NAMESPACE_INDEX, ObjectKey,

@@ -16,6 +16,7 @@ use std::{
 use kube::Resource;
 use parking_lot::Mutex;
 use tokio::{sync::watch, task::JoinHandle};
+use tracing::Instrument;
 
 pub use handler::{
     Event, FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs,
@@ -30,7 +31,10 @@ pub use registration::{EventStream, ResourceEventHandlerRegistration};
 use crate::{
     fifo::{DeltaFifo, DeltaObject, DeltaType, Deltas, InOrderFifo, KnownObjects, TransformFn},
     lister::Lister,
-    reflector::{ListerWatcher, Reflector, ReflectorConfig, ReflectorStatus, WatchErrorHandler},
+    reflector::{
+        ListWatchTarget, ListerWatcher, Reflector, ReflectorConfig, ReflectorStatus,
+        WatchErrorHandler,
+    },
     store::{Cache, IndexError, Indexer, Indexers, key_of},
 };
 
@@ -95,6 +99,12 @@ pub struct InformerConfig {
     pub identity: Option<InformerId>,
     /// Where metrics go ([`InformerMetricsProvider`]); none by default.
     pub metrics_provider: Option<Arc<dyn InformerMetricsProvider>>,
+    /// The informer's name in logs: the `informer` field of its span and its reflector's name
+    /// (see the crate docs, "Logging"). `None` (default): its lister-watcher's
+    /// [`target`](ListerWatcher::target) name (`v1/pods`), or when that is unknown the object
+    /// type (`PartialObjectMeta<Pod>`). [`SharedInformerFactory`](crate::SharedInformerFactory)
+    /// names its informers as in its sync results (`v1/Pod`).
+    pub name: Option<String>,
 }
 
 impl std::fmt::Debug for InformerConfig {
@@ -105,6 +115,7 @@ impl std::fmt::Debug for InformerConfig {
             .field("fifo_mode", &self.fifo_mode)
             .field("identity", &self.identity)
             .field("metrics_provider", &self.metrics_provider.is_some())
+            .field("name", &self.name)
             .finish()
     }
 }
@@ -142,6 +153,13 @@ impl InformerConfig {
     #[must_use]
     pub fn metrics_provider(mut self, provider: Arc<dyn InformerMetricsProvider>) -> Self {
         self.metrics_provider = Some(provider);
+        self
+    }
+
+    /// Sets [`Self::name`].
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
         self
     }
 }
@@ -237,6 +255,7 @@ where
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedIndexInformer")
+            .field("name", &self.inner.name)
             .field("type", &std::any::type_name::<K>())
             .field("lifecycle", &self.lifecycle())
             .field("objects", &self.inner.indexer.len())
@@ -257,6 +276,10 @@ pub(crate) struct Inner<K> {
     fifo_mode: FifoMode,
     /// Set when the informer has a name and a metrics provider.
     metrics: Option<InformerMetrics>,
+    /// [`InformerConfig::name`] or the default made from the lister-watcher's target.
+    name: String,
+    /// Every log line of this informer's run, reflector and handlers is emitted inside it.
+    span: tracing::Span,
 }
 
 struct State<K> {
@@ -281,6 +304,9 @@ where
 
     /// Like [`new`](Self::new) with a shared lister-watcher.
     pub fn from_arc(lw: Arc<dyn ListerWatcher<K>>, config: InformerConfig) -> Self {
+        let target = lw.target();
+        let name = config.name.unwrap_or_else(|| target.name_or_type::<K>());
+        let span = informer_span(&name, &target);
         let (lifecycle, _) = watch::channel(Lifecycle::NotStarted);
         let metrics = match (config.identity, config.metrics_provider) {
             (Some(id), Some(provider)) if !id.name.is_empty() => {
@@ -319,6 +345,8 @@ where
                 reflector_config: config.reflector,
                 fifo_mode: config.fifo_mode,
                 metrics,
+                name,
+                span,
             }),
         }
     }
@@ -402,6 +430,7 @@ where
         handler: Option<(Box<dyn ResourceEventHandler<K>>, bool)>,
     ) -> Result<Arc<Listener<K>>, InformerError> {
         let inner = &self.inner;
+        let _span = inner.span.enter();
         let mut st = inner.state.lock();
         if inner.stop_requested() {
             return Err(InformerError::Stopped);
@@ -427,13 +456,16 @@ where
         let listener = Listener::new(inner.processor.next_id(), requested, period, capacity);
         if let Some((h, dedicated_thread)) = handler {
             // Before registration: a bounded buffer needs its consumer running.
-            let ty = short_type_name::<K>();
-            let name = format!("informer-{ty}-handler-{}", listener.id);
-            inner
-                .processor
-                .start_handler(&listener, h, name, dedicated_thread, || {
-                    format!("informer-{ty}-handlers")
-                })?;
+            let informer = &inner.name;
+            let name = format!("informer-{informer}-handler-{}", listener.id);
+            inner.processor.start_handler(
+                &listener,
+                h,
+                name,
+                dedicated_thread,
+                &inner.span,
+                || format!("informer-{informer}-handlers"),
+            )?;
         }
         if !st.started {
             inner.processor.add(listener.clone())?;
@@ -622,6 +654,18 @@ where
         }
     }
 
+    /// The informer's name in logs ([`InformerConfig::name`]).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The `tracing` span every log line of this informer is emitted in (its fields are listed
+    /// in the crate docs, "Logging"); enter it, or instrument a future with a clone
+    /// ([`tracing::Instrument`]), to log under it too.
+    pub fn span(&self) -> &tracing::Span {
+        &self.inner.span
+    }
+
     /// Where the informer is in its life.
     pub fn lifecycle(&self) -> Lifecycle {
         *self.inner.lifecycle.borrow()
@@ -729,6 +773,11 @@ where
     /// Dropping the future stops the informer: it ends in [`Lifecycle::Stopped`] (handler
     /// threads are then told to stop but not joined).
     pub async fn run(&self) {
+        let span = self.inner.span.clone();
+        self.run_in_span().instrument(span).await;
+    }
+
+    async fn run_in_span(&self) {
         match self.inner.fifo_mode {
             FifoMode::DeltaFifo => {
                 self.run_with(|known, transform| {
@@ -839,6 +888,7 @@ where
             .clone()
             .resync_period(st.resync_check_period);
         let mut reflector = Reflector::from_arc(inner.lw.clone(), fifo.clone(), config)
+            .with_name(inner.name.clone())
             .with_should_resync(Arc::new(move || {
                 weak.upgrade().is_some_and(|i| i.processor.should_resync())
             }));
@@ -1064,10 +1114,20 @@ async fn join_threads(mut threads: Vec<std::thread::JoinHandle<()>>) {
     .await;
 }
 
-fn short_type_name<K>() -> &'static str {
-    let n = std::any::type_name::<K>();
-    let base = n.split('<').next().unwrap_or(n);
-    base.rsplit("::").next().unwrap_or(base)
+/// The informer's span: what it lists and watches, as structured fields. Selector fields are
+/// left out when there is no selector; `namespace` is `""` for all namespaces (client-go
+/// `NamespaceAll`).
+fn informer_span(name: &str, target: &ListWatchTarget) -> tracing::Span {
+    tracing::info_span!(
+        "informer",
+        informer = name,
+        group = target.group.as_str(),
+        version = target.version.as_str(),
+        resource = target.resource.as_str(),
+        namespace = target.namespace.as_deref().unwrap_or(""),
+        label_selector = target.label_selector.as_deref(),
+        field_selector = target.field_selector.as_deref(),
+    )
 }
 
 #[cfg(test)]

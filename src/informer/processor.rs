@@ -19,6 +19,7 @@ use std::{
 use futures::{FutureExt, StreamExt, task::LocalSpawnExt};
 use parking_lot::{Condvar, Mutex, RwLock};
 use tokio::{sync::Notify, time::Instant};
+use tracing::Instrument;
 
 use crate::panic_message;
 
@@ -455,6 +456,7 @@ impl<K> Listener<K> {
         &self,
         mut handler: Box<dyn ResourceEventHandler<K>>,
         name: String,
+        span: tracing::Span,
         dispatcher: &Dispatcher,
     ) where
         K: Send + Sync + 'static,
@@ -462,7 +464,7 @@ impl<K> Listener<K> {
         let queue = self.queue.clone();
         self.queue.has_consumer.store(true, Ordering::Release);
         let finished = FinishGuard(queue.clone());
-        dispatcher.spawn(Box::pin(async move {
+        let task = async move {
             let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
             let mut slow = SlowHandlerWarning::default();
             loop {
@@ -508,7 +510,8 @@ impl<K> Listener<K> {
             queue.finished_all(batch.drain(..));
             drop(handler);
             drop(finished);
-        }));
+        };
+        dispatcher.spawn(Box::pin(task.instrument(span)));
     }
 
     /// Starts the handler on an OS thread of its own.
@@ -516,6 +519,7 @@ impl<K> Listener<K> {
         &self,
         mut handler: Box<dyn ResourceEventHandler<K>>,
         name: String,
+        span: tracing::Span,
     ) -> std::io::Result<()>
     where
         K: Send + Sync + 'static,
@@ -526,6 +530,7 @@ impl<K> Listener<K> {
         let spawned = std::thread::Builder::new()
             .name(name.clone())
             .spawn(move || {
+                let _span = span.entered();
                 let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
                 while queue.take_blocking(&mut batch) {
                     while let Some(ev) = batch.pop_front() {
@@ -603,6 +608,7 @@ impl<K> Processor<K> {
         handler: Box<dyn ResourceEventHandler<K>>,
         name: String,
         dedicated_thread: bool,
+        span: &tracing::Span,
         thread_name: impl FnOnce() -> String,
     ) -> Result<(), InformerError>
     where
@@ -616,14 +622,14 @@ impl<K> Processor<K> {
         }
         if dedicated_thread {
             return listener
-                .spawn_thread(handler, name)
+                .spawn_thread(handler, name, span.clone())
                 .map_err(InformerError::HandlerThread);
         }
         let d = match dispatcher.take() {
             Some(d) => d,
             None => Dispatcher::start(thread_name()).map_err(InformerError::HandlerThread)?,
         };
-        listener.spawn_task(handler, name, &d);
+        listener.spawn_task(handler, name, span.clone(), &d);
         *dispatcher = Some(d);
         Ok(())
     }

@@ -1522,3 +1522,24 @@ async fn shut_down_of_a_subscription_and_of_a_foreign_registration() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn informers_are_named_by_config_else_by_target_else_by_type() {
+    // A lister-watcher that tells nothing: the type names it, without module paths.
+    let custom = SharedIndexInformer::new(MockLw::new(), InformerConfig::default());
+    assert_eq!(custom.name(), "ConfigMap");
+    let server = crate::testing::FakeApiServer::start_with_core()
+        .await
+        .unwrap();
+    let api = kube::Api::<ConfigMap>::namespaced(server.client(), "prod");
+    let metadata = SharedIndexInformer::new(
+        crate::reflector::ApiListerWatcher::metadata(api.clone()),
+        InformerConfig::default(),
+    );
+    assert_eq!(metadata.name(), "v1/configmaps");
+    let named = SharedIndexInformer::new(
+        crate::reflector::ApiListerWatcher::new(api),
+        InformerConfig::default().name("web config"),
+    );
+    assert_eq!(named.name(), "web config");
+}

@@ -143,6 +143,88 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// Starts a watch; resolves once the server has accepted it.
     fn watch(&self, options: WatchOptions)
     -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>>;
+
+    /// What this lists and watches, for logs: the informer's `tracing` span and its name are
+    /// made from it (see the crate docs, "Logging").
+    ///
+    /// The default knows nothing ([`ListWatchTarget::default`]); the informer and reflector are
+    /// then named after the object type. [`ApiListerWatcher`] tells its resource, namespace and
+    /// selectors; a lister-watcher that wraps another should forward this.
+    fn target(&self) -> ListWatchTarget {
+        ListWatchTarget::default()
+    }
+}
+
+/// What a [`ListerWatcher`] lists and watches ([`ListerWatcher::target`]); empty fields are
+/// unknown, as client-go's reflector describes its `expectedType` and list-watch call site.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListWatchTarget {
+    /// API group, `""` for the core group (and when unknown).
+    pub group: String,
+    /// API version (`v1`).
+    pub version: String,
+    /// Resource, plural (`pods`).
+    pub resource: String,
+    /// The namespace; `None` for all namespaces (or a cluster-scoped resource).
+    pub namespace: Option<String>,
+    /// `labelSelector`, if any.
+    pub label_selector: Option<String>,
+    /// `fieldSelector`, if any.
+    pub field_selector: Option<String>,
+}
+
+impl ListWatchTarget {
+    /// The target of a collection URL path as kube builds them: `/api/v1/pods`,
+    /// `/api/v1/namespaces/ns/pods`, `/apis/apps/v1/deployments`,
+    /// `/apis/apps/v1/namespaces/ns/deployments`. Any other path gives an empty target.
+    ///
+    /// ```
+    /// use kube_informer::reflector::ListWatchTarget;
+    /// let t = ListWatchTarget::from_url_path("/apis/apps/v1/namespaces/prod/deployments");
+    /// assert_eq!((t.group.as_str(), t.version.as_str()), ("apps", "v1"));
+    /// assert_eq!((t.resource.as_str(), t.namespace.as_deref()), ("deployments", Some("prod")));
+    /// assert_eq!(t.name().as_deref(), Some("apps/v1/deployments"));
+    /// ```
+    pub fn from_url_path(path: &str) -> Self {
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (group, version, rest) = match segments.as_slice() {
+            ["api", version, rest @ ..] => ("", *version, rest),
+            ["apis", group, version, rest @ ..] => (*group, *version, rest),
+            _ => return Self::default(),
+        };
+        let (namespace, resource) = match rest {
+            [resource] => (None, *resource),
+            ["namespaces", ns, resource] => (Some((*ns).to_owned()), *resource),
+            _ => return Self::default(),
+        };
+        Self {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            resource: resource.to_owned(),
+            namespace,
+            ..Self::default()
+        }
+    }
+
+    /// `group/version/resource`, without the core group's empty group (`v1/pods`,
+    /// `apps/v1/deployments`); `None` when the resource is unknown.
+    pub fn name(&self) -> Option<String> {
+        if self.resource.is_empty() {
+            return None;
+        }
+        Some(match (self.group.as_str(), self.version.as_str()) {
+            ("", "") => self.resource.clone(),
+            ("", v) => format!("{v}/{}", self.resource),
+            (g, v) => format!("{g}/{v}/{}", self.resource),
+        })
+    }
+
+    /// [`name`](Self::name), or else `K`'s type name without module paths
+    /// (`PartialObjectMeta<Pod>`): how informers and reflectors are named by default.
+    pub(crate) fn name_or_type<K>(&self) -> String {
+        self.name().unwrap_or_else(crate::short_type_name::<K>)
+    }
 }
 
 /// Receives each listed object as soon as it is decoded (see [`ListerWatcher::list_each`]).
@@ -435,6 +517,14 @@ where
         }
         .boxed()
     }
+
+    fn target(&self) -> ListWatchTarget {
+        ListWatchTarget {
+            label_selector: self.label_selector.clone(),
+            field_selector: self.field_selector.clone(),
+            ..ListWatchTarget::from_url_path(&self.url_path)
+        }
+    }
 }
 
 /// `f`, or [`ListWatchError::Idle`] once `idle` passes first.
@@ -613,6 +703,43 @@ fn encode_into(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[test]
+    fn targets_are_read_from_collection_paths_and_named() {
+        let t = |p: &str| ListWatchTarget::from_url_path(p);
+        let core = t("/api/v1/namespaces/kube-system/pods");
+        assert_eq!(
+            (&*core.group, &*core.version, &*core.resource),
+            ("", "v1", "pods")
+        );
+        assert_eq!(core.namespace.as_deref(), Some("kube-system"));
+        assert_eq!(core.name().as_deref(), Some("v1/pods"));
+        // `namespaces` is the resource here, not a namespace prefix.
+        let ns = t("/api/v1/namespaces");
+        assert_eq!((&*ns.resource, ns.namespace), ("namespaces", None));
+        let crd = t("/apis/stable.example.com/v1/crontabs");
+        assert_eq!(
+            crd.name().as_deref(),
+            Some("stable.example.com/v1/crontabs")
+        );
+        assert_eq!(crd.namespace, None);
+        for unknown in [
+            "",
+            "/",
+            "/healthz",
+            "/api/v1/namespaces/ns/pods/p",
+            "/apis/apps",
+        ] {
+            assert_eq!(t(unknown), ListWatchTarget::default(), "{unknown}");
+        }
+        // Unknown: the type names it, generic arguments and all.
+        assert_eq!(
+            ListWatchTarget::default().name_or_type::<PartialObjectMeta<ConfigMap>>(),
+            "PartialObjectMeta<ConfigMap>"
+        );
+        assert_eq!(core.name_or_type::<ConfigMap>(), "v1/pods");
+    }
 
     #[test]
     fn query_values_are_percent_encoded() {
@@ -639,7 +766,6 @@ mod tests {
 
     #[tokio::test]
     async fn list_body_is_decoded_chunk_by_chunk_and_a_read_error_fails_the_list() {
-        use k8s_openapi::api::core::v1::ConfigMap;
         let body = br#"{"metadata":{"resourceVersion":"8"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#;
         let chunks = || body.chunks(5).map(|c| Ok(Bytes::copy_from_slice(c)));
         let page = decode_list_body::<ConfigMap, _, _>(

@@ -55,8 +55,8 @@ pub use backoff::{BackoffConfig, BackoffConfigError};
 pub use decode::{ListPage, UndecodableObject, WatchEvent};
 pub use error::{Error, ListWatchError};
 pub use listwatch::{
-    ApiListerWatcher, DEFAULT_MAX_OBJECT_BYTES, ItemSink, ListOptions, ListSummary, ListerWatcher,
-    WatchOptions, WatchStream,
+    ApiListerWatcher, DEFAULT_MAX_OBJECT_BYTES, ItemSink, ListOptions, ListSummary,
+    ListWatchTarget, ListerWatcher, WatchOptions, WatchStream,
 };
 use policy::{Next, Step, Then};
 pub use store::ReflectorStore;
@@ -291,7 +291,8 @@ pub struct Reflector<K, S = DeltaFifo<K>> {
     lw: Arc<dyn ListerWatcher<K>>,
     store: Arc<S>,
     config: ReflectorConfig,
-    error_handler: WatchErrorHandler,
+    /// `None`: [`default_watch_error_handler`] under the reflector's current name.
+    error_handler: Option<WatchErrorHandler>,
     should_resync: Option<ShouldResync>,
     status: ReflectorStatus,
     name: String,
@@ -372,22 +373,17 @@ where
         store: Arc<S>,
         mut config: ReflectorConfig,
     ) -> Self {
-        let name = std::any::type_name::<K>()
-            .rsplit("::")
-            .next()
-            .unwrap_or("object")
-            .to_owned();
+        let name = lw.target().name_or_type::<K>();
         if let Err(e) = config.backoff.validate() {
             tracing::error!(reflector = %name, error = %e, "invalid backoff; using the default");
             config.backoff = BackoffConfig::default();
         }
-        let handler_name = name.clone();
         Self {
             lw,
             store,
             backoff: Backoff::new(config.backoff),
             config,
-            error_handler: Arc::new(move |e| default_watch_error_handler(&handler_name, e)),
+            error_handler: None,
             should_resync: None,
             status: ReflectorStatus::default(),
             name,
@@ -402,7 +398,7 @@ where
     /// Replaces the watch-error handler.
     #[must_use]
     pub fn with_error_handler(mut self, handler: WatchErrorHandler) -> Self {
-        self.error_handler = handler;
+        self.error_handler = Some(handler);
         self
     }
 
@@ -413,7 +409,8 @@ where
         self
     }
 
-    /// Names the reflector in logs (default: the type name).
+    /// Names the reflector in logs (default: its lister-watcher's
+    /// [`target`](ListerWatcher::target) name, such as `v1/pods`, or else the object type).
     #[must_use]
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -502,8 +499,11 @@ where
     }
 
     fn report(&self, e: &Error) {
-        let handler = &self.error_handler;
-        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(e))) {
+        let call = || match &self.error_handler {
+            Some(handler) => handler(e),
+            None => default_watch_error_handler(&self.name, e),
+        };
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
             tracing::error!(
                 reflector = %self.name,
                 error = %e,
