@@ -96,6 +96,7 @@
 //! | `resource` | resource, plural (`pods`) |
 //! | `namespace` | the namespace, `""` for all namespaces (client-go `NamespaceAll`) |
 //! | `label_selector`, `field_selector` | the selectors, left out when there are none |
+//! | `shard` | the shard selector of a sharded informer ([`sharding`]), left out when unsharded |
 //!
 //! [`SharedInformerFactory::wait_for_cache_sync`] logs client-go's `WaitForNamedCacheSync`
 //! lines at INFO, `Waiting for caches to sync for v1/Pod` and `Caches are synced for v1/Pod`,

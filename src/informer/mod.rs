@@ -306,7 +306,8 @@ where
     pub fn from_arc(lw: Arc<dyn ListerWatcher<K>>, config: InformerConfig) -> Self {
         let target = lw.target();
         let name = config.name.unwrap_or_else(|| target.name_or_type::<K>());
-        let span = informer_span(&name, &target);
+        let shard = config.reflector.shard.as_ref().map(ToString::to_string);
+        let span = informer_span(&name, &target, shard.as_deref());
         let (lifecycle, _) = watch::channel(Lifecycle::NotStarted);
         let metrics = match (config.identity, config.metrics_provider) {
             (Some(id), Some(provider)) if !id.name.is_empty() => {
@@ -1116,8 +1117,8 @@ async fn join_threads(mut threads: Vec<std::thread::JoinHandle<()>>) {
 
 /// The informer's span: what it lists and watches, as structured fields. Selector fields are
 /// left out when there is no selector; `namespace` is `""` for all namespaces (client-go
-/// `NamespaceAll`).
-fn informer_span(name: &str, target: &ListWatchTarget) -> tracing::Span {
+/// `NamespaceAll`); `shard` is the shard selector of a sharded informer.
+fn informer_span(name: &str, target: &ListWatchTarget, shard: Option<&str>) -> tracing::Span {
     tracing::info_span!(
         "informer",
         informer = name,
@@ -1127,6 +1128,7 @@ fn informer_span(name: &str, target: &ListWatchTarget) -> tracing::Span {
         namespace = target.namespace.as_deref().unwrap_or(""),
         label_selector = target.label_selector.as_deref(),
         field_selector = target.field_selector.as_deref(),
+        shard,
     )
 }
 
