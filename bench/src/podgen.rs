@@ -297,6 +297,7 @@ const RV_MARK: &str = "@@RV@@";
 /// version are byte concatenations.
 pub struct Fixture {
     parts: Vec<(Vec<u8>, Vec<u8>)>,
+    uids: Vec<String>,
 }
 
 impl Fixture {
@@ -308,9 +309,11 @@ impl Fixture {
     /// Like [`new`](Self::new); without `managedFields` when `managed` is false (to measure
     /// what they cost).
     pub fn with_managed_fields(seed: u64, n: usize, managed: bool) -> Self {
+        let mut uids = Vec::with_capacity(n);
         let parts = (0..n)
             .map(|i| {
                 let mut pod = pod_json(seed, i, RV_MARK);
+                uids.push(pod["metadata"]["uid"].as_str().unwrap_or("").to_owned());
                 if !managed {
                     pod["metadata"]
                         .as_object_mut()
@@ -322,7 +325,12 @@ impl Fixture {
                 (bytes[..at].to_vec(), bytes[at + RV_MARK.len()..].to_vec())
             })
             .collect();
-        Self { parts }
+        Self { parts, uids }
+    }
+
+    /// The `metadata.uid` of pod `i`.
+    pub fn uid(&self, i: usize) -> &str {
+        &self.uids[i]
     }
 
     /// How many pods.
@@ -345,6 +353,18 @@ impl Fixture {
 
     /// A `PodList` at `list_rv` whose item `i` has resourceVersion `item_rv(i)`.
     pub fn list(&self, list_rv: u64, item_rv: impl Fn(usize) -> u64) -> Vec<u8> {
+        self.list_where(list_rv, item_rv, |_| true, None)
+    }
+
+    /// Like [`list`](Self::list), with only the pods `keep` accepts and, for a sharded list,
+    /// `metadata.shardInfo.selector` set to `shard_info`.
+    pub fn list_where(
+        &self,
+        list_rv: u64,
+        item_rv: impl Fn(usize) -> u64,
+        keep: impl Fn(usize) -> bool,
+        shard_info: Option<&str>,
+    ) -> Vec<u8> {
         let mut out = Vec::with_capacity(
             self.parts
                 .iter()
@@ -356,11 +376,20 @@ impl Fixture {
             b"{\"kind\":\"PodList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"",
         );
         out.extend_from_slice(list_rv.to_string().as_bytes());
-        out.extend_from_slice(b"\"},\"items\":[");
-        for i in 0..self.len() {
-            if i > 0 {
+        out.push(b'"');
+        if let Some(selector) = shard_info {
+            out.extend_from_slice(b",\"shardInfo\":");
+            out.extend_from_slice(
+                &serde_json::to_vec(&serde_json::json!({ "selector": selector })).expect("json"),
+            );
+        }
+        out.extend_from_slice(b"},\"items\":[");
+        let mut first = true;
+        for i in (0..self.len()).filter(|&i| keep(i)) {
+            if !first {
                 out.push(b',');
             }
+            first = false;
             self.write_pod(i, item_rv(i), &mut out);
         }
         out.extend_from_slice(b"]}");

@@ -168,7 +168,11 @@ fn modes_table(
         for (_, key, div) in metrics {
             let (d, i) = (med(all, delta, key) / div, med(all, in_order, key) / div);
             // MiB and events/s as integers, seconds and µs to three places.
-            let prec = if *div != 1.0 || d.abs() >= 1000.0 { 0 } else { 3 };
+            let prec = if *div != 1.0 || d.abs() >= 1000.0 {
+                0
+            } else {
+                3
+            };
             out.push_str(&format!(" {d:.prec$} | {i:.prec$} | {} |", ratio(i, d)));
         }
         out.push('\n');

@@ -85,7 +85,10 @@ async fn main() {
     }
     let synced = meter.put_synced();
     meter.put("objects", informer.indexer().len());
-    meter.put("in_order", u8::from(informer.fifo_mode() == kube_informer::FifoMode::InOrder));
+    meter.put(
+        "in_order",
+        u8::from(informer.fifo_mode() == kube_informer::FifoMode::InOrder),
+    );
     match args.mode.as_str() {
         "watch" => {
             // Releases the replay server's watch events if it holds them (`--gate-watch`).

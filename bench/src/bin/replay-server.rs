@@ -15,6 +15,9 @@
 //!   stays idle.
 //! - `--gate-watch true`: the events of a watch from list A wait for `GET /start-watch`, which
 //!   clients send once synced (without it the endpoint only records the call).
+//! - `--shards n`: a list with `shardSelector=<ShardSelector::of(i, n)>` gets only the pods of
+//!   shard i (by uid), with `metadata.shardInfo`, as kube-apiserver with the
+//!   `ShardedListAndWatch` gate answers; other selectors get `400`. List A only (S1).
 //! - `GET /relist` switches to list B; `GET /reset` back to list A (the runner calls it before
 //!   each client run).
 //!
@@ -37,6 +40,8 @@ type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 struct Server {
     list_a: Bytes,
+    /// List A of each shard (`--shards n`): the selector and its body.
+    shard_lists: Vec<(kube_informer::sharding::ShardSelector, Bytes)>,
     list_b: Bytes,
     /// All watch events back to back; event k is `events[offsets[k]..offsets[k + 1]]`.
     events: Bytes,
@@ -66,6 +71,31 @@ fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
         .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 
+/// Decodes `%XX` escapes and `+` of a query value.
+fn percent_decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                match std::str::from_utf8(&b[i + 1..i + 3]).map(|h| u8::from_str_radix(h, 16)) {
+                    Ok(Ok(x)) => {
+                        out.push(x);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// A stream that never yields: an idle watch the client ends by disconnecting.
 fn idle() -> futures::stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>> {
     futures::stream::pending().boxed()
@@ -93,6 +123,19 @@ impl Server {
             _ => return full(StatusCode::NOT_FOUND, "{}"),
         }
         let is_watch = matches!(query_param(query, "watch"), Some("true" | "1"));
+        if !is_watch && let Some(selector) = query_param(query, "shardSelector") {
+            let asked = percent_decode(selector)
+                .parse::<kube_informer::sharding::ShardSelector>()
+                .ok();
+            return match self
+                .shard_lists
+                .iter()
+                .find(|(s, _)| Some(s) == asked.as_ref())
+            {
+                Some((_, body)) => full(StatusCode::OK, body.clone()),
+                None => full(StatusCode::BAD_REQUEST, "{}"),
+            };
+        }
         if !is_watch {
             let body = if *self.phase_b.borrow() {
                 self.list_b.clone()
@@ -120,9 +163,7 @@ impl Server {
             let burst = self.burst;
             let events = futures::stream::iter((first.min(n)..n).step_by(burst).map(move |k| {
                 let end = (k + burst).min(n);
-                Ok(Frame::data(
-                    me.events.slice(me.offsets[k]..me.offsets[end]),
-                ))
+                Ok(Frame::data(me.events.slice(me.offsets[k]..me.offsets[end])))
             }));
             if self.gate_watch {
                 let mut started = self.started.subscribe();
@@ -167,6 +208,19 @@ fn main() {
             Fixture::base_rv(i)
         }
     }));
+    let shards: u32 = get("shards", "0").parse().expect("--shards");
+    let shard_lists = (0..shards)
+        .map(|i| {
+            let shard = kube_informer::sharding::ShardSelector::of(i, shards).expect("shard");
+            let body = fixture.list_where(
+                LIST_RV,
+                Fixture::base_rv,
+                |p| shard.matches_value(fixture.uid(p)),
+                Some(&shard.to_string()),
+            );
+            (shard, Bytes::from(body))
+        })
+        .collect();
     let mut buf = Vec::new();
     let mut offsets = vec![0];
     let mut obj = Vec::new();
@@ -178,6 +232,7 @@ fn main() {
     }
     let server = Arc::new(Server {
         list_a,
+        shard_lists,
         list_b,
         events: Bytes::from(buf),
         offsets,
