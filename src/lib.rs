@@ -140,7 +140,10 @@ pub use informer::{
     ResourceEventHandlerFuncs, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 pub use lister::{Lister, NamespaceLister};
-pub use reflector::{ApiListerWatcher, BackoffConfig, ListerWatcher, Reflector, ReflectorConfig};
+pub use reflector::{
+    ApiListerWatcher, BackoffConfig, ListerWatcher, Projection, ProjectionError, Reflector,
+    ReflectorConfig,
+};
 pub use selector::{SelectorArg, parse_label_selector};
 pub use store::{
     Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource, NAMESPACE_INDEX, ObjectKey,

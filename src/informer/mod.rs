@@ -131,6 +131,16 @@ impl InformerConfig {
         self
     }
 
+    /// Sets the fields dropped from every object while it is decoded
+    /// ([`ReflectorConfig::projection`], which this sets: set it after [`Self::reflector`]).
+    /// Cheaper than a transform that drops the same fields (see
+    /// [`Projection`](crate::Projection)).
+    #[must_use]
+    pub fn projection(mut self, projection: crate::Projection) -> Self {
+        self.reflector.projection = projection;
+        self
+    }
+
     /// Sets [`Self::identity`].
     #[must_use]
     pub fn identity(mut self, id: InformerId) -> Self {

@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
 use super::{
     decode::{
-        LineFramer, ListDecoder, ListPage, UndecodableObject, WatchEvent, decode_watch_event,
-        undecodable_event,
+        LineFramer, ListDecoder, ListPage, Projection, UndecodableObject, WatchEvent,
+        decode_watch_event_projected, undecodable_event,
     },
     error::ListWatchError,
 };
@@ -49,6 +49,12 @@ pub struct ListOptions {
     /// timeout). kube's client sets no read timeout, so without this a request on a dead
     /// connection would wait for ever.
     pub idle_timeout: Option<std::time::Duration>,
+    /// Fields to drop from each item while it is decoded
+    /// ([`ReflectorConfig::projection`](super::ReflectorConfig::projection)). An implementation
+    /// that decodes bytes hands it to its decoder
+    /// ([`ListDecoder::projection`](super::decode::ListDecoder::projection)); one that hands out
+    /// objects it already holds may ignore it.
+    pub projection: Projection,
 }
 
 impl Default for ListOptions {
@@ -60,6 +66,7 @@ impl Default for ListOptions {
             continue_token: None,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             idle_timeout: Some(super::DEFAULT_WATCH_IDLE_TIMEOUT),
+            projection: Projection::none(),
         }
     }
 }
@@ -77,6 +84,10 @@ pub struct WatchOptions {
     pub send_initial_events: bool,
     /// The largest watch event to accept, in bytes (as [`ListOptions::max_object_bytes`]).
     pub max_object_bytes: usize,
+    /// Fields to drop from each event's object while it is decoded (as
+    /// [`ListOptions::projection`]; see
+    /// [`decode_watch_event_projected`](super::decode::decode_watch_event_projected)).
+    pub projection: Projection,
 }
 
 impl Default for WatchOptions {
@@ -87,6 +98,7 @@ impl Default for WatchOptions {
             allow_bookmarks: false,
             send_initial_events: false,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            projection: Projection::none(),
         }
     }
 }
@@ -356,13 +368,7 @@ where
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         async move {
             let res = within(options.idle_timeout, self.send_list(&options)).await??;
-            decode_list_body(
-                res.into_body().into_data_stream(),
-                options.idle_timeout,
-                options.max_object_bytes,
-                |k| k,
-            )
-            .await
+            decode_list_body(res.into_body().into_data_stream(), &options, |k| k).await
         }
         .boxed()
     }
@@ -377,13 +383,8 @@ where
     {
         async move {
             let res = within(options.idle_timeout, self.send_list(&options)).await??;
-            let page = decode_list_body(
-                res.into_body().into_data_stream(),
-                options.idle_timeout,
-                options.max_object_bytes,
-                &mut *sink,
-            )
-            .await?;
+            let page =
+                decode_list_body(res.into_body().into_data_stream(), &options, &mut *sink).await?;
             Ok(ListSummary {
                 metadata: page.metadata,
                 items: page.items.len(),
@@ -413,6 +414,7 @@ where
             Ok(watch_event_stream_limited::<K, _>(
                 body,
                 options.max_object_bytes,
+                options.projection,
             ))
         }
         .boxed()
@@ -434,19 +436,21 @@ async fn within<T>(
 
 /// Decodes a list response body chunk by chunk as it arrives, so only a small window of it is
 /// held (see [`ListDecoder`]) rather than the whole body next to the decoded objects. A value
-/// that is still unfinished after `limit` bytes (plus the decoder's margin) fails the list.
+/// that is still unfinished after [`ListOptions::max_object_bytes`] (plus the decoder's margin)
+/// fails the list; [`ListOptions::idle_timeout`] bounds each wait for bytes, and
+/// [`ListOptions::projection`] is applied to each item.
 async fn decode_list_body<K, T, S>(
     body: S,
-    idle: Option<std::time::Duration>,
-    limit: usize,
+    options: &ListOptions,
     mut map: impl FnMut(K) -> T + Send,
 ) -> Result<ListPage<T>, ListWatchError>
 where
     K: DeserializeOwned,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send,
 {
+    let (idle, limit) = (options.idle_timeout, options.max_object_bytes);
     let mut body = std::pin::pin!(body);
-    let mut decoder = ListDecoder::<K, T>::new();
+    let mut decoder = ListDecoder::<K, T>::new().projection(options.projection.clone());
     let window = limit.saturating_add(super::decode::LIST_DECODER_MARGIN);
     while let Some(chunk) = within(idle, body.next()).await? {
         decoder.push(&chunk.map_err(ListWatchError::Request)?, &mut map)?;
@@ -467,12 +471,16 @@ where
     K: DeserializeOwned + Send + 'static,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
 {
-    watch_event_stream_limited(body, usize::MAX)
+    watch_event_stream_limited(body, usize::MAX, Projection::none())
 }
 
 /// [`watch_event_stream`] where a line still unfinished after `limit` bytes ends the stream with
-/// [`ListWatchError::TooLarge`].
-pub(crate) fn watch_event_stream_limited<K, S>(body: S, limit: usize) -> WatchStream<K>
+/// [`ListWatchError::TooLarge`], and each object goes through `projection`.
+pub(crate) fn watch_event_stream_limited<K, S>(
+    body: S,
+    limit: usize,
+    projection: Projection,
+) -> WatchStream<K>
 where
     K: DeserializeOwned + Send + 'static,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
@@ -483,6 +491,7 @@ where
         lines: std::collections::VecDeque<Vec<u8>>,
         done: bool,
         too_large: bool,
+        projection: Projection,
     }
     let state = State {
         body: Box::pin(body),
@@ -490,11 +499,12 @@ where
         lines: std::collections::VecDeque::new(),
         done: false,
         too_large: false,
+        projection,
     };
     futures::stream::unfold(state, move |mut st| async move {
         loop {
             if let Some(line) = st.lines.pop_front() {
-                let ev = decode_watch_event::<K>(&line).map_err(|e| match undecodable_event(&line, e) {
+                let ev = decode_watch_event_projected::<K>(&line, &st.projection).map_err(|e| match undecodable_event(&line, e) {
                     Ok(u) => ListWatchError::Undecodable(Box::new(u)),
                     Err(e) => ListWatchError::Decode(e),
                 });
@@ -592,6 +602,16 @@ fn encode_into(out: &mut String, s: &str) {
     }
 }
 
+/// List options for the decode tests: no idle timeout, items up to `max_object_bytes`.
+#[cfg(test)]
+fn unlimited_idle(max_object_bytes: usize) -> ListOptions {
+    ListOptions {
+        idle_timeout: None,
+        max_object_bytes,
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -626,8 +646,7 @@ mod tests {
         let chunks = || body.chunks(5).map(|c| Ok(Bytes::copy_from_slice(c)));
         let page = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(chunks()),
-            None,
-            usize::MAX,
+            &unlimited_idle(usize::MAX),
             |k| k,
         )
         .await
@@ -642,8 +661,7 @@ mod tests {
             ))));
         let err = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(cut),
-            None,
-            usize::MAX,
+            &unlimited_idle(usize::MAX),
             |k| k,
         )
         .await
@@ -653,8 +671,7 @@ mod tests {
         let short = chunks().take(10);
         let err = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(short),
-            None,
-            usize::MAX,
+            &unlimited_idle(usize::MAX),
             |k| k,
         )
         .await
@@ -678,7 +695,11 @@ mod limit_tests {
             .chunks(50)
             .map(|c| Ok(Bytes::copy_from_slice(c)))
             .collect();
-        let mut s = watch_event_stream_limited::<ConfigMap, _>(futures::stream::iter(chunks), 128);
+        let mut s = watch_event_stream_limited::<ConfigMap, _>(
+            futures::stream::iter(chunks),
+            128,
+            Projection::none(),
+        );
         assert!(matches!(s.next().await, Some(Ok(WatchEvent::Added(_)))));
         assert!(matches!(
             s.next().await,
@@ -699,8 +720,7 @@ mod limit_tests {
         };
         let err = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(chunks()),
-            None,
-            100 * 1024,
+            &unlimited_idle(100 * 1024),
             |k| k,
         )
         .await
@@ -712,8 +732,7 @@ mod limit_tests {
         // The same item fits a larger limit.
         let page = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(chunks()),
-            None,
-            1 << 20,
+            &unlimited_idle(1 << 20),
             |k| k,
         )
         .await

@@ -52,7 +52,7 @@ use tokio::time::Instant;
 
 use backoff::Backoff;
 pub use backoff::{BackoffConfig, BackoffConfigError};
-pub use decode::{ListPage, UndecodableObject, WatchEvent};
+pub use decode::{ListPage, Projection, ProjectionError, UndecodableObject, WatchEvent};
 pub use error::{Error, ListWatchError};
 pub use listwatch::{
     ApiListerWatcher, DEFAULT_MAX_OBJECT_BYTES, ItemSink, ListOptions, ListSummary, ListerWatcher,
@@ -121,6 +121,10 @@ pub struct ReflectorConfig {
     /// memory stays bounded whatever the server sends. Passed to the [`ListerWatcher`] in
     /// [`ListOptions::max_object_bytes`] and [`WatchOptions::max_object_bytes`].
     pub max_object_bytes: usize,
+    /// Fields dropped from every object while it is decoded, in lists, watches and streaming
+    /// lists alike (none by default; see [`Projection`]). Passed to the [`ListerWatcher`] in
+    /// [`ListOptions::projection`] and [`WatchOptions::projection`].
+    pub projection: Projection,
 }
 
 impl Default for ReflectorConfig {
@@ -133,6 +137,7 @@ impl Default for ReflectorConfig {
             streaming_list: false,
             resync_period: Duration::ZERO,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
+            projection: Projection::none(),
         }
     }
 }
@@ -185,6 +190,13 @@ impl ReflectorConfig {
     #[must_use]
     pub fn max_object_bytes(mut self, limit: usize) -> Self {
         self.max_object_bytes = limit.max(1);
+        self
+    }
+
+    /// Sets [`Self::projection`].
+    #[must_use]
+    pub fn projection(mut self, projection: Projection) -> Self {
+        self.projection = projection;
         self
     }
 }
@@ -505,6 +517,7 @@ where
             allow_bookmarks: true,
             send_initial_events: false,
             max_object_bytes: self.config.max_object_bytes,
+            projection: self.config.projection.clone(),
         };
         let idle = self.idle_timeout(timeout_seconds);
         // The server answers a watch's headers at once; one that does not within the idle
@@ -556,6 +569,7 @@ where
             continue_token: None,
             max_object_bytes: self.config.max_object_bytes,
             idle_timeout: self.list_idle_timeout(),
+            projection: self.config.projection.clone(),
         };
         let mut items = Vec::new();
         let mut rejected = Vec::new();
@@ -575,6 +589,7 @@ where
                     let full = ListOptions {
                         max_object_bytes: self.config.max_object_bytes,
                         idle_timeout: self.list_idle_timeout(),
+                        projection: self.config.projection.clone(),
                         ..Default::default()
                     };
                     let summary = self.list_page(full, &mut items, &mut rejected).await?;
@@ -649,6 +664,7 @@ where
             allow_bookmarks: true,
             send_initial_events: true,
             max_object_bytes: self.config.max_object_bytes,
+            projection: self.config.projection.clone(),
         };
         let mut stream = tokio::time::timeout(idle, self.lw.watch(options))
             .await
