@@ -132,14 +132,19 @@ impl FactoryConfig {
         self
     }
 
-    /// Drops `metadata.managedFields` from every cached object, with a transform (it takes the
-    /// place of [`Self::transform`]).
-    ///
-    /// [`Self::projection`] with [`Projection::strip_managed_fields`] drops them too, and more
-    /// cheaply: the parser skips them instead of building them for the transform to free.
+    /// Drops `metadata.managedFields` from every cached object: adds it to the default
+    /// [projection](Self::projection), so the parser skips them instead of building them (a
+    /// transform that drops them, as client-go users write, costs the full decode first). A
+    /// type given its own projection with [`Self::projection_for`] drops only what that says.
     #[must_use]
     pub fn strip_managed_fields(self) -> Self {
-        self.transform(|m| m.managed_fields = None)
+        let projection = self
+            .reflector
+            .projection
+            .clone()
+            .drop_path("metadata.managedFields")
+            .expect("a valid path");
+        self.projection(projection)
     }
 
     /// Sets [`Self::reflector`].

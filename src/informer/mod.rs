@@ -554,7 +554,9 @@ where
     }
 
     /// Sets a transform applied to each object before it is cached (for example
-    /// [`strip_managed_fields`](crate::strip_managed_fields)).
+    /// [`strip_managed_fields`](crate::strip_managed_fields)). A transform that only drops
+    /// fields is better a [`Projection`](crate::Projection) ([`InformerConfig::projection`]):
+    /// that skips them while decoding instead of building them first.
     ///
     /// # Errors
     ///
