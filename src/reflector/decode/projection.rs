@@ -178,7 +178,7 @@ impl Projection {
         {
             return Err(ProjectionError::Protected {
                 path: path.to_owned(),
-                field: *field,
+                field,
             });
         }
         let mut paths = self.paths().map(str::to_owned).collect::<Vec<_>>();
