@@ -24,7 +24,7 @@ use crate::{
         FifoMode, InformerConfig, InformerId, InformerMetricsProvider, SharedIndexInformer,
     },
     lister::Lister,
-    reflector::{ApiListerWatcher, ReflectorConfig},
+    reflector::{ApiListerWatcher, Projection, ReflectorConfig},
     selector::SelectorArg,
     transform::{MetaTransformFn, meta_transform},
 };
@@ -53,6 +53,9 @@ pub struct FactoryConfig {
     pub fifo_mode: FifoMode,
     /// Per-type FIFO modes, overriding [`Self::fifo_mode`].
     pub custom_fifo_mode: HashMap<TypeId, FifoMode>,
+    /// Per-type projections, overriding the default one in [`Self::reflector`]
+    /// ([`ReflectorConfig::projection`]).
+    pub custom_projection: HashMap<TypeId, Projection>,
     /// The name every informer of this factory reports metrics under, with its group, version
     /// and resource (client-go `WithInformerName`); none by default, and then no metrics.
     pub informer_name: Option<String>,
@@ -72,6 +75,7 @@ impl Debug for FactoryConfig {
             .field("reflector", &self.reflector)
             .field("fifo_mode", &self.fifo_mode)
             .field("custom_fifo_mode", &self.custom_fifo_mode.len())
+            .field("custom_projection", &self.custom_projection.len())
             .field("informer_name", &self.informer_name)
             .field("metrics_provider", &self.metrics_provider.is_some())
             .finish()
@@ -129,10 +133,19 @@ impl FactoryConfig {
         self
     }
 
-    /// Drops `metadata.managedFields` from every cached object.
+    /// Drops `metadata.managedFields` from every cached object: adds it to the default
+    /// [projection](Self::projection), so the parser skips them instead of building them (a
+    /// transform that drops them, as client-go users write, costs the full decode first). A
+    /// type given its own projection with [`Self::projection_for`] drops only what that says.
     #[must_use]
     pub fn strip_managed_fields(self) -> Self {
-        self.transform(|m| m.managed_fields = None)
+        let projection = self
+            .reflector
+            .projection
+            .clone()
+            .drop_path("metadata.managedFields")
+            .expect("a valid path");
+        self.projection(projection)
     }
 
     /// Sets [`Self::reflector`].
@@ -144,7 +157,8 @@ impl FactoryConfig {
 
     /// Makes every informer of the factory cache only `shard` of its collection (sets
     /// [`ReflectorConfig::shard`] in [`Self::reflector`]): one replica of n, each started with
-    /// [`ShardSelector::of(i, n)`](crate::sharding::ShardSelector::of).
+    /// [`ShardSelector::of(i, n)`](crate::sharding::ShardSelector::of). Set it after
+    /// [`Self::reflector`], which replaces the whole reflector config.
     ///
     /// ```
     /// use kube_informer::{FactoryConfig, sharding::ShardSelector};
@@ -184,6 +198,39 @@ impl FactoryConfig {
     #[must_use]
     pub fn fifo_mode_for<K: 'static>(mut self, mode: FifoMode) -> Self {
         self.custom_fifo_mode.insert(TypeId::of::<K>(), mode);
+        self
+    }
+
+    /// Sets the fields every informer drops from its objects while decoding them
+    /// ([`ReflectorConfig::projection`] of [`Self::reflector`], which this sets: set it after
+    /// [`Self::reflector`]). See [`Projection`].
+    ///
+    /// ```
+    /// use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    /// use kube_informer::{FactoryConfig, Projection};
+    ///
+    /// let config = FactoryConfig::default()
+    ///     .projection(Projection::strip_managed_fields())
+    ///     .projection_for::<Pod>(Projection::from_paths([
+    ///         "metadata.managedFields",
+    ///         "status.conditions",
+    ///         "spec.containers[*].env",
+    ///     ])?)
+    ///     .projection_for::<ConfigMap>(Projection::none());
+    /// assert_eq!(config.reflector.projection, Projection::strip_managed_fields());
+    /// # Ok::<(), kube_informer::ProjectionError>(())
+    /// ```
+    #[must_use]
+    pub fn projection(mut self, projection: Projection) -> Self {
+        self.reflector.projection = projection;
+        self
+    }
+
+    /// Sets the projection of informers of type `K`, overriding [`Self::projection`] (`K` as in
+    /// [`Self::fifo_mode_for`]).
+    #[must_use]
+    pub fn projection_for<K: 'static>(mut self, projection: Projection) -> Self {
+        self.custom_projection.insert(TypeId::of::<K>(), projection);
         self
     }
 }
@@ -374,6 +421,9 @@ impl SharedInformerFactory {
             .resync_period(resync)
             .reflector(c.reflector.clone())
             .fifo_mode(fifo_mode);
+        if let Some(p) = c.custom_projection.get(&TypeId::of::<K>()) {
+            config = config.projection(p.clone());
+        }
         if let Some(name) = &c.informer_name {
             let [group, version, resource] = gvr;
             config = config.identity(InformerId::new(name.clone(), group, version, resource));

@@ -189,7 +189,8 @@ pub use informer::{
 };
 pub use lister::{Lister, NamespaceLister};
 pub use reflector::{
-    ApiListerWatcher, BackoffConfig, ListWatchTarget, ListerWatcher, Reflector, ReflectorConfig,
+    ApiListerWatcher, BackoffConfig, ListWatchTarget, ListerWatcher, Projection, ProjectionError,
+    Reflector, ReflectorConfig,
 };
 pub use selector::{SelectorArg, parse_label_selector};
 pub use store::{

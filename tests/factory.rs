@@ -127,7 +127,7 @@ async fn namespace_and_selectors_reach_every_request_and_transform_applies() {
     assert_eq!(all[0].metadata.namespace.as_deref(), Some("team"));
     assert!(
         all[0].metadata.managed_fields.is_none(),
-        "transform applied"
+        "managedFields dropped"
     );
     for r in server
         .requests()

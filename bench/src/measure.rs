@@ -120,6 +120,9 @@ pub struct ClientArgs {
     pub changed: u64,
     /// Strip `managedFields` before objects reach the cache (`--strip true`).
     pub strip: bool,
+    /// Strip `managedFields` while decoding, with the decode-time projection (`--project
+    /// true`); only `client-informer` reads it.
+    pub project: bool,
     /// A kubeconfig for a real cluster (S5); when set, `addr` is ignored.
     pub kubeconfig: Option<String>,
     /// The informer's FIFO (`--fifo delta|in-order`, default `delta`); only `client-informer`
@@ -139,6 +142,7 @@ impl ClientArgs {
             handlers: get("handlers", "1").parse().expect("--handlers"),
             changed: get("changed", "0").parse().expect("--changed"),
             strip: get("strip", "false") == "true",
+            project: get("project", "false") == "true",
             kubeconfig: a.get("kubeconfig").cloned(),
             fifo: match get("fifo", "delta").as_str() {
                 "delta" => kube_informer::FifoMode::DeltaFifo,

@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
 use super::{
     decode::{
-        LineFramer, ListDecoder, ListPage, UndecodableObject, WatchEvent, decode_watch_event,
-        undecodable_event,
+        LineFramer, ListDecoder, ListPage, Projection, UndecodableObject, WatchEvent,
+        decode_watch_event_projected, undecodable_event,
     },
     error::ListWatchError,
 };
@@ -52,6 +52,12 @@ pub struct ListOptions {
     /// `shardSelector` (KEP-5866): only the objects of this shard. The server echoes it in
     /// [`ListSummary::shard_info`]; one that does not ignored it.
     pub shard_selector: Option<String>,
+    /// Fields to drop from each item while it is decoded
+    /// ([`ReflectorConfig::projection`](super::ReflectorConfig::projection)). An implementation
+    /// that decodes bytes hands it to its decoder
+    /// ([`ListDecoder::projection`](super::decode::ListDecoder::projection)); one that hands out
+    /// objects it already holds may ignore it.
+    pub projection: Projection,
 }
 
 impl Default for ListOptions {
@@ -64,6 +70,7 @@ impl Default for ListOptions {
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             idle_timeout: Some(super::DEFAULT_WATCH_IDLE_TIMEOUT),
             shard_selector: None,
+            projection: Projection::none(),
         }
     }
 }
@@ -83,6 +90,10 @@ pub struct WatchOptions {
     pub max_object_bytes: usize,
     /// `shardSelector` (as [`ListOptions::shard_selector`]).
     pub shard_selector: Option<String>,
+    /// Fields to drop from each event's object while it is decoded (as
+    /// [`ListOptions::projection`]; see
+    /// [`decode_watch_event_projected`](super::decode::decode_watch_event_projected)).
+    pub projection: Projection,
 }
 
 impl Default for WatchOptions {
@@ -94,6 +105,7 @@ impl Default for WatchOptions {
             send_initial_events: false,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             shard_selector: None,
+            projection: Projection::none(),
         }
     }
 }
@@ -452,13 +464,7 @@ where
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         async move {
             let res = within(options.idle_timeout, self.send_list(&options)).await??;
-            decode_list_body(
-                res.into_body().into_data_stream(),
-                options.idle_timeout,
-                options.max_object_bytes,
-                |k| k,
-            )
-            .await
+            decode_list_body(res.into_body().into_data_stream(), &options, |k| k).await
         }
         .boxed()
     }
@@ -473,13 +479,8 @@ where
     {
         async move {
             let res = within(options.idle_timeout, self.send_list(&options)).await??;
-            let page = decode_list_body(
-                res.into_body().into_data_stream(),
-                options.idle_timeout,
-                options.max_object_bytes,
-                &mut *sink,
-            )
-            .await?;
+            let page =
+                decode_list_body(res.into_body().into_data_stream(), &options, &mut *sink).await?;
             Ok(ListSummary {
                 metadata: page.metadata,
                 items: page.items.len(),
@@ -513,6 +514,7 @@ where
             Ok(watch_event_stream_limited::<K, _>(
                 body,
                 options.max_object_bytes,
+                options.projection,
             ))
         }
         .boxed()
@@ -542,19 +544,21 @@ async fn within<T>(
 
 /// Decodes a list response body chunk by chunk as it arrives, so only a small window of it is
 /// held (see [`ListDecoder`]) rather than the whole body next to the decoded objects. A value
-/// that is still unfinished after `limit` bytes (plus the decoder's margin) fails the list.
+/// that is still unfinished after [`ListOptions::max_object_bytes`] (plus the decoder's margin)
+/// fails the list; [`ListOptions::idle_timeout`] bounds each wait for bytes, and
+/// [`ListOptions::projection`] is applied to each item.
 async fn decode_list_body<K, T, S>(
     body: S,
-    idle: Option<std::time::Duration>,
-    limit: usize,
+    options: &ListOptions,
     mut map: impl FnMut(K) -> T + Send,
 ) -> Result<ListPage<T>, ListWatchError>
 where
     K: DeserializeOwned,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send,
 {
+    let (idle, limit) = (options.idle_timeout, options.max_object_bytes);
     let mut body = std::pin::pin!(body);
-    let mut decoder = ListDecoder::<K, T>::new();
+    let mut decoder = ListDecoder::<K, T>::new().projection(options.projection.clone());
     let window = limit.saturating_add(super::decode::LIST_DECODER_MARGIN);
     while let Some(chunk) = within(idle, body.next()).await? {
         decoder.push(&chunk.map_err(ListWatchError::Request)?, &mut map)?;
@@ -575,12 +579,16 @@ where
     K: DeserializeOwned + Send + 'static,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
 {
-    watch_event_stream_limited(body, usize::MAX)
+    watch_event_stream_limited(body, usize::MAX, Projection::none())
 }
 
 /// [`watch_event_stream`] where a line still unfinished after `limit` bytes ends the stream with
-/// [`ListWatchError::TooLarge`].
-pub(crate) fn watch_event_stream_limited<K, S>(body: S, limit: usize) -> WatchStream<K>
+/// [`ListWatchError::TooLarge`], and each object goes through `projection`.
+pub(crate) fn watch_event_stream_limited<K, S>(
+    body: S,
+    limit: usize,
+    projection: Projection,
+) -> WatchStream<K>
 where
     K: DeserializeOwned + Send + 'static,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
@@ -591,6 +599,7 @@ where
         lines: std::collections::VecDeque<Vec<u8>>,
         done: bool,
         too_large: bool,
+        projection: Projection,
     }
     let state = State {
         body: Box::pin(body),
@@ -598,11 +607,12 @@ where
         lines: std::collections::VecDeque::new(),
         done: false,
         too_large: false,
+        projection,
     };
     futures::stream::unfold(state, move |mut st| async move {
         loop {
             if let Some(line) = st.lines.pop_front() {
-                let ev = decode_watch_event::<K>(&line).map_err(|e| match undecodable_event(&line, e) {
+                let ev = decode_watch_event_projected::<K>(&line, &st.projection).map_err(|e| match undecodable_event(&line, e) {
                     Ok(u) => ListWatchError::Undecodable(Box::new(u)),
                     Err(e) => ListWatchError::Decode(e),
                 });
@@ -700,6 +710,16 @@ fn encode_into(out: &mut String, s: &str) {
     }
 }
 
+/// List options for the decode tests: no idle timeout, items up to `max_object_bytes`.
+#[cfg(test)]
+fn unlimited_idle(max_object_bytes: usize) -> ListOptions {
+    ListOptions {
+        idle_timeout: None,
+        max_object_bytes,
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -770,8 +790,7 @@ mod tests {
         let chunks = || body.chunks(5).map(|c| Ok(Bytes::copy_from_slice(c)));
         let page = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(chunks()),
-            None,
-            usize::MAX,
+            &unlimited_idle(usize::MAX),
             |k| k,
         )
         .await
@@ -786,8 +805,7 @@ mod tests {
             ))));
         let err = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(cut),
-            None,
-            usize::MAX,
+            &unlimited_idle(usize::MAX),
             |k| k,
         )
         .await
@@ -797,8 +815,7 @@ mod tests {
         let short = chunks().take(10);
         let err = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(short),
-            None,
-            usize::MAX,
+            &unlimited_idle(usize::MAX),
             |k| k,
         )
         .await
@@ -822,7 +839,11 @@ mod limit_tests {
             .chunks(50)
             .map(|c| Ok(Bytes::copy_from_slice(c)))
             .collect();
-        let mut s = watch_event_stream_limited::<ConfigMap, _>(futures::stream::iter(chunks), 128);
+        let mut s = watch_event_stream_limited::<ConfigMap, _>(
+            futures::stream::iter(chunks),
+            128,
+            Projection::none(),
+        );
         assert!(matches!(s.next().await, Some(Ok(WatchEvent::Added(_)))));
         assert!(matches!(
             s.next().await,
@@ -843,8 +864,7 @@ mod limit_tests {
         };
         let err = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(chunks()),
-            None,
-            100 * 1024,
+            &unlimited_idle(100 * 1024),
             |k| k,
         )
         .await
@@ -856,8 +876,7 @@ mod limit_tests {
         // The same item fits a larger limit.
         let page = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(chunks()),
-            None,
-            1 << 20,
+            &unlimited_idle(1 << 20),
             |k| k,
         )
         .await

@@ -52,7 +52,7 @@ use tokio::time::Instant;
 
 use backoff::Backoff;
 pub use backoff::{BackoffConfig, BackoffConfigError};
-pub use decode::{ListPage, UndecodableObject, WatchEvent};
+pub use decode::{ListPage, Projection, ProjectionError, UndecodableObject, WatchEvent};
 pub use error::{Error, ListWatchError};
 pub use listwatch::{
     ApiListerWatcher, DEFAULT_MAX_OBJECT_BYTES, ItemSink, ListOptions, ListSummary,
@@ -150,6 +150,10 @@ pub struct ReflectorConfig {
     /// stream its initial list ([`Self::streaming_list`] is not used), since only a list
     /// response tells whether the server applied the selector. Default `None`.
     pub shard: Option<crate::sharding::ShardSelector>,
+    /// Fields dropped from every object while it is decoded, in lists, watches and streaming
+    /// lists alike (none by default; see [`Projection`]). Passed to the [`ListerWatcher`] in
+    /// [`ListOptions::projection`] and [`WatchOptions::projection`].
+    pub projection: Projection,
 }
 
 impl Default for ReflectorConfig {
@@ -164,6 +168,7 @@ impl Default for ReflectorConfig {
             resync_period: Duration::ZERO,
             max_object_bytes: DEFAULT_MAX_OBJECT_BYTES,
             shard: None,
+            projection: Projection::none(),
         }
     }
 }
@@ -230,6 +235,13 @@ impl ReflectorConfig {
     #[must_use]
     pub fn max_object_bytes(mut self, limit: usize) -> Self {
         self.max_object_bytes = limit.max(1);
+        self
+    }
+
+    /// Sets [`Self::projection`].
+    #[must_use]
+    pub fn projection(mut self, projection: Projection) -> Self {
+        self.projection = projection;
         self
     }
 }
@@ -602,6 +614,7 @@ where
             send_initial_events: false,
             max_object_bytes: self.config.max_object_bytes,
             shard_selector: self.shard_selector(),
+            projection: self.config.projection.clone(),
         };
         let idle = self.idle_timeout(timeout_seconds);
         // The server answers a watch's headers at once; one that does not within the start
@@ -655,6 +668,7 @@ where
             max_object_bytes: self.config.max_object_bytes,
             idle_timeout: self.list_idle_timeout(),
             shard_selector: self.shard_selector(),
+            projection: self.config.projection.clone(),
         };
         let mut items = Vec::new();
         let mut rejected = Vec::new();
@@ -675,6 +689,7 @@ where
                         max_object_bytes: self.config.max_object_bytes,
                         idle_timeout: self.list_idle_timeout(),
                         shard_selector: self.shard_selector(),
+                        projection: self.config.projection.clone(),
                         ..Default::default()
                     };
                     let summary = self.list_page(full, &mut items, &mut rejected).await?;
@@ -777,6 +792,7 @@ where
             send_initial_events: true,
             max_object_bytes: self.config.max_object_bytes,
             shard_selector: self.shard_selector(),
+            projection: self.config.projection.clone(),
         };
         let start = self.watch_start_timeout(idle);
         let mut stream = tokio::time::timeout(start, self.lw.watch(options))

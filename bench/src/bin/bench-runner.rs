@@ -192,6 +192,7 @@ fn s1(env: &Env, n: usize, out: &mut String) {
     let _server = ServerProc::start(env, &["--pods", &n.to_string()]);
     let sync = strs(&["--mode", "sync"]);
     let strip = strs(&["--mode", "sync", "--strip", "true"]);
+    let project = strs(&["--mode", "sync", "--project", "true"]);
     let clients = [
         (FLOOR, FLOOR, sync.clone()),
         (INF_DELTA, INFORMER, fifo(&sync, "delta")),
@@ -207,6 +208,11 @@ fn s1(env: &Env, n: usize, out: &mut String) {
             "kube-informer, in-order, strip managedFields",
             INFORMER,
             fifo(&strip, "in-order"),
+        ),
+        (
+            "kube-informer, DeltaFIFO, projection drops managedFields",
+            INFORMER,
+            fifo(&project, "delta"),
         ),
         ("client-go, strip managedFields", GO, strip),
     ];

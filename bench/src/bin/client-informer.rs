@@ -1,5 +1,6 @@
 //! Benchmark client: this crate's `SharedIndexInformer<Pod>` with no-op counting handlers, in
-//! either FIFO mode (`--fifo delta|in-order`).
+//! either FIFO mode (`--fifo delta|in-order`), managedFields kept, stripped by a transform
+//! (`--strip true`) or by the decode-time projection (`--project true`).
 //! See `kube_informer_bench::measure::ClientArgs` for the options and `bench-runner` for the
 //! scenarios.
 
@@ -14,7 +15,8 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube_informer::{
-    InformerConfig, ResourceEventHandlerFuncs, SharedIndexInformer, reflector::ApiListerWatcher,
+    InformerConfig, Projection, ResourceEventHandlerFuncs, SharedIndexInformer,
+    reflector::ApiListerWatcher,
 };
 use kube_informer_bench::{Meter, http_get, kube_client, kubeconfig_client, measure::ClientArgs};
 use tokio::sync::Notify;
@@ -28,7 +30,11 @@ async fn main() {
         None => kube_client(&args.addr),
     };
     let lw = ApiListerWatcher::new(Api::<Pod>::all(client));
-    let informer = SharedIndexInformer::new(lw, InformerConfig::default().fifo_mode(args.fifo));
+    let mut config = InformerConfig::default().fifo_mode(args.fifo);
+    if args.project {
+        config = config.projection(Projection::strip_managed_fields());
+    }
+    let informer = SharedIndexInformer::new(lw, config);
     if args.strip {
         informer
             .set_transform(kube_informer::strip_managed_fields_transform())

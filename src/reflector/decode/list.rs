@@ -8,7 +8,10 @@ use serde::{
     de::{self, DeserializeOwned, IgnoredAny, Visitor},
 };
 
-use super::error::{DecodeError, PeekObject, UndecodableObject};
+use super::{
+    error::{DecodeError, PeekObject, UndecodableObject},
+    projection::{Projected, Projection},
+};
 
 /// A decoded list response: its metadata and items, oldest first as the server sent them.
 #[derive(Debug)]
@@ -227,9 +230,31 @@ impl<K: DeserializeOwned, T> ListDecoder<K, T> {
                 shard_info: None,
                 items: Vec::new(),
                 undecodable: Vec::new(),
+                projection: Projection::none(),
                 _k: PhantomData,
             },
         }
+    }
+
+    /// This decoder, with the fields `projection` drops skipped while parsing each item (see
+    /// [`Projection`]).
+    ///
+    /// ```
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kube_informer::reflector::decode::{ListDecoder, Projection};
+    ///
+    /// let body = br#"{"items":[{"metadata":{"name":"a","managedFields":[{"manager":"m"}]}}]}"#;
+    /// let mut decoder = ListDecoder::<ConfigMap, ConfigMap>::new()
+    ///     .projection(Projection::strip_managed_fields());
+    /// decoder.push(body, &mut |cm| cm)?;
+    /// let page = decoder.finish(&mut |cm| cm)?;
+    /// assert!(page.items[0].metadata.managed_fields.is_none());
+    /// # Ok::<(), kube_informer::reflector::decode::DecodeError>(())
+    /// ```
+    #[must_use]
+    pub fn projection(mut self, projection: Projection) -> Self {
+        self.parser.projection = projection;
+        self
     }
 
     /// Appends the next chunk of the body and decodes every item it completes, handing each to
@@ -322,6 +347,8 @@ struct ListParser<K, T> {
     shard_info: Option<String>,
     items: Vec<T>,
     undecodable: Vec<UndecodableObject>,
+    /// Applied to each item.
+    projection: Projection,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -544,7 +571,15 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
         at: u64,
         map: &mut dyn FnMut(K) -> T,
     ) -> Result<Option<usize>, DecodeError> {
-        let error = match self.attempt::<K>(data, finished) {
+        let attempt = if self.projection.is_empty() {
+            self.attempt::<K>(data, finished)
+        } else {
+            let projection = self.projection.clone();
+            projection
+                .scope(|| self.attempt::<Projected<K>>(data, finished))
+                .map(|r| r.map(|(Projected(obj), len)| (obj, len)))
+        };
+        let error = match attempt {
             None => return Ok(None),
             Some(Ok((obj, len))) => {
                 self.items.push(map(obj));

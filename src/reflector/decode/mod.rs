@@ -7,20 +7,26 @@
 //! a megabyte of the body rather than all of it), and frames watch streams itself so each event
 //! line is decoded from the received bytes without a UTF-8 copy.
 //!
+//! Both apply a [`Projection`]: fields it drops are skipped by the parser, never built.
+//!
 //! One module per concept: [`list`](ListDecoder) bodies, [`watch`](WatchEvent) events, the
-//! [line framer](LineFramer) of watch bodies, and the [errors](DecodeError), which never quote
-//! the bytes that failed.
+//! [line framer](LineFramer) of watch bodies, the [projection](Projection), and the
+//! [errors](DecodeError), which never quote the bytes that failed.
 
 mod error;
 mod framer;
 mod list;
+mod projection;
 mod watch;
 
 pub use error::{DecodeError, UndecodableObject};
 pub use framer::LineFramer;
 pub use list::{LIST_DECODER_MARGIN, ListDecoder, ListPage, decode_list, decode_list_map};
+pub use projection::{Projection, ProjectionError};
 pub(crate) use watch::undecodable_event;
-pub use watch::{INITIAL_EVENTS_END_ANNOTATION, WatchEvent, decode_watch_event};
+pub use watch::{
+    INITIAL_EVENTS_END_ANNOTATION, WatchEvent, decode_watch_event, decode_watch_event_projected,
+};
 
 #[cfg(test)]
 use {k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta, list::COMPACT_AT};

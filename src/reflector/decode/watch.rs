@@ -8,7 +8,10 @@ use serde::{
     de::{self, DeserializeOwned, IgnoredAny, MapAccess, Visitor},
 };
 
-use super::error::{DecodeError, PeekEvent, UndecodableObject};
+use super::{
+    error::{DecodeError, PeekEvent, UndecodableObject},
+    projection::Projection,
+};
 
 /// The annotation on the bookmark that ends a streaming initial list (KEP-3157).
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
@@ -59,11 +62,17 @@ struct BookmarkMeta {
 }
 
 impl<K: DeserializeOwned> WatchEvent<K> {
-    fn from_parts<'de, D: Deserializer<'de>>(ty: EventType, obj: D) -> Result<Self, D::Error> {
+    /// The event of type `ty` whose object is `obj`; only an object (not a bookmark, whose
+    /// annotations end a streaming list, nor a status) goes through the projection.
+    fn from_parts<'de, D: Deserializer<'de>>(
+        ty: EventType,
+        obj: D,
+        projection: &Projection,
+    ) -> Result<Self, D::Error> {
         Ok(match ty {
-            EventType::Added => WatchEvent::Added(K::deserialize(obj)?),
-            EventType::Modified => WatchEvent::Modified(K::deserialize(obj)?),
-            EventType::Deleted => WatchEvent::Deleted(K::deserialize(obj)?),
+            EventType::Added => WatchEvent::Added(projection.deserialize(obj)?),
+            EventType::Modified => WatchEvent::Modified(projection.deserialize(obj)?),
+            EventType::Deleted => WatchEvent::Deleted(projection.deserialize(obj)?),
             EventType::Error => WatchEvent::Error(Box::new(Status::deserialize(obj)?)),
             EventType::Bookmark => {
                 let b = BookmarkObject::deserialize(obj)?;
@@ -108,19 +117,32 @@ impl<'de> Deserialize<'de> for EventField {
     }
 }
 
-struct ObjectSeed<K>(EventType, PhantomData<K>);
+struct ObjectSeed<'p, K>(EventType, &'p Projection, PhantomData<K>);
 
-impl<'de, K: DeserializeOwned> de::DeserializeSeed<'de> for ObjectSeed<K> {
+impl<'de, K: DeserializeOwned> de::DeserializeSeed<'de> for ObjectSeed<'_, K> {
     type Value = WatchEvent<K>;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        WatchEvent::from_parts(self.0, deserializer)
+        WatchEvent::from_parts(self.0, deserializer, self.1)
     }
 }
 
 impl<'de, K: DeserializeOwned> Deserialize<'de> for WatchEvent<K> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct EventVisitor<K>(PhantomData<K>);
-        impl<'de, K: DeserializeOwned> Visitor<'de> for EventVisitor<K> {
+        de::DeserializeSeed::deserialize(
+            EventSeed::<K>(&Projection::none(), PhantomData),
+            deserializer,
+        )
+    }
+}
+
+/// A watch event whose object goes through a projection.
+struct EventSeed<'p, K>(&'p Projection, PhantomData<K>);
+
+impl<'de, K: DeserializeOwned> de::DeserializeSeed<'de> for EventSeed<'_, K> {
+    type Value = WatchEvent<K>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        struct EventVisitor<'p, K>(&'p Projection, PhantomData<K>);
+        impl<'de, K: DeserializeOwned> Visitor<'de> for EventVisitor<'_, K> {
             type Value = WatchEvent<K>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a watch event {\"type\": ..., \"object\": ...}")
@@ -142,7 +164,11 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for WatchEvent<K> {
                         }
                         EventField::Object => match ty.take() {
                             Some(t) => {
-                                event = Some(map.next_value_seed(ObjectSeed::<K>(t, PhantomData))?)
+                                event = Some(map.next_value_seed(ObjectSeed::<K>(
+                                    t,
+                                    self.0,
+                                    PhantomData,
+                                ))?)
                             }
                             None => early = Some(map.next_value()?),
                         },
@@ -154,14 +180,14 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for WatchEvent<K> {
                 match (event, ty, early) {
                     (Some(event), None, None) => Ok(event),
                     (None, Some(t), Some(obj)) => {
-                        WatchEvent::from_parts(t, obj).map_err(de::Error::custom)
+                        WatchEvent::from_parts(t, obj, self.0).map_err(de::Error::custom)
                     }
                     (None, None, _) => Err(de::Error::missing_field("type")),
                     _ => Err(de::Error::missing_field("object")),
                 }
             }
         }
-        deserializer.deserialize_map(EventVisitor(PhantomData))
+        deserializer.deserialize_map(EventVisitor(self.0, PhantomData))
     }
 }
 
@@ -171,11 +197,38 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for WatchEvent<K> {
 ///
 /// [`DecodeError`] when the line is not a JSON watch event carrying a `K`.
 pub fn decode_watch_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, DecodeError> {
-    serde_json::from_slice(line).map_err(|error| DecodeError {
-        what: "watch event",
-        error,
-        offset: None,
-    })
+    decode_watch_event_projected(line, &Projection::none())
+}
+
+/// Decodes one watch event line like [`decode_watch_event`], with the fields `projection` drops
+/// skipped while parsing the object (bookmarks and `ERROR` statuses are decoded whole).
+///
+/// ```
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube_informer::reflector::{WatchEvent, decode::{Projection, decode_watch_event_projected}};
+///
+/// let line = br#"{"type":"ADDED","object":{"metadata":{"name":"a","managedFields":[{}]},"data":{"k":"v"}}}"#;
+/// let p = Projection::strip_managed_fields().drop_path("data")?;
+/// let WatchEvent::Added(cm) = decode_watch_event_projected::<ConfigMap>(line, &p)? else { panic!() };
+/// assert_eq!((cm.metadata.managed_fields, cm.data), (None, None));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`decode_watch_event`].
+pub fn decode_watch_event_projected<K: DeserializeOwned>(
+    line: &[u8],
+    projection: &Projection,
+) -> Result<WatchEvent<K>, DecodeError> {
+    let mut de = serde_json::Deserializer::from_slice(line);
+    de::DeserializeSeed::deserialize(EventSeed::<K>(projection, PhantomData), &mut de)
+        .and_then(|ev| de.end().map(|()| ev))
+        .map_err(|error| DecodeError {
+            what: "watch event",
+            error,
+            offset: None,
+        })
 }
 
 /// After `decode_watch_event` failed: is the line a well-formed event whose object merely does
