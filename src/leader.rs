@@ -468,7 +468,9 @@ impl LeaderElector {
         let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &c.namespace);
         let mut guard = TermGuard(None);
         let mut term_number = 0u64;
-        let mut retry = tokio::time::interval(c.retry_period);
+        let mut retry = tokio::time::interval_at(Instant::now() + c.retry_period, c.retry_period);
+        // Polls in a row that found the Lease free while the manager did not take it.
+        let mut free_polls = 0u32;
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
 
@@ -530,11 +532,16 @@ impl LeaderElector {
                 }
                 _ = retry.tick(), if guard.0.is_none() && !manager_says => {
                     // kube-lease-manager sleeps until the expiry it last saw, so it would miss
-                    // a release; read the Lease (the observer sees the record) and, if it is
-                    // free, restart the manager so it acquires now.
-                    if let Ok(Ok(Some(_))) = tokio::time::timeout(c.retry_period, leases.get_opt(&c.lease_name)).await
-                        && *observed.borrow() == Observed::Free
-                    {
+                    // a release; read the Lease (the observer sees the record) and, if it was
+                    // free at two polls in a row (one free poll may just precede the manager's
+                    // own acquisition), restart the manager so it acquires now.
+                    let free = matches!(
+                        tokio::time::timeout(c.retry_period, leases.get_opt(&c.lease_name)).await,
+                        Ok(Ok(Some(_)))
+                    ) && *observed.borrow() == Observed::Free;
+                    free_polls = if free { free_polls + 1 } else { 0 };
+                    if free_polls >= 2 {
+                        free_polls = 0;
                         tracing::debug!(lease = %c.lease_name, "lease released; contending now");
                         manager.abort().await;
                         manager = ManagerGuard::start(self.manager(client.clone()).await?).await;
