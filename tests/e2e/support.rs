@@ -160,6 +160,22 @@ impl Cluster {
         config
     }
 
+    /// Writes a kubeconfig for `admin` (the test CA by file, the bearer token) into the
+    /// cluster's directory and returns its path, for child processes (`KUBECONFIG`).
+    pub fn write_kubeconfig(&self) -> Result<PathBuf, String> {
+        let path = self.dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    \
+             certificate-authority: {}\nusers:\n- name: admin\n  user:\n    token: {ADMIN_TOKEN}\n\
+             contexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: admin\n    \
+             namespace: default\ncurrent-context: e2e\n",
+            self.url(),
+            self.dir.join("ca.crt").display()
+        );
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(path)
+    }
+
     fn client_with_token(&self, token: &str) -> Client {
         Client::try_from(self.config_with_token(token))
             .expect("a client for the e2e cluster builds")
