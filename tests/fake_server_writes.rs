@@ -390,8 +390,10 @@ async fn server_side_apply_tracks_field_managers_and_conflicts_with_409() {
 
     // An update takes what it changes: the next apply by "two" of another value conflicts
     // with the updater, named by its fieldManager.
-    let mut upd = PatchParams::default();
-    upd.field_manager = Some("editor".into());
+    let upd = PatchParams {
+        field_manager: Some("editor".into()),
+        ..Default::default()
+    };
     api.patch("a", &upd, &Patch::Strategic(json!({"data": {"k": "3"}})))
         .await
         .unwrap();

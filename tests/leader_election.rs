@@ -181,7 +181,7 @@ async fn exactly_one_of_three_replicas_leads_and_keeps_leading() {
     let leader = log.wait_for_leader(None, Duration::from_secs(5)).await;
     // Several renewals later: still the same single term.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(log.leaders_now(), [leader.clone()]);
+    assert_eq!(log.leaders_now(), std::slice::from_ref(&leader));
     assert_eq!(log.intervals().len(), 1, "{:?}", log.intervals());
     let lease: Lease = s.get(Some("default"), "controller").unwrap().unwrap();
     let spec = lease.spec.unwrap();
