@@ -26,9 +26,15 @@
 //! worker_stop_timeout`, which [`LeaderElectionConfig`] requires to be before
 //! `R + lease_duration`: the difference is the clock skew between replicas this tolerates.
 //!
-//! What it cannot close are kube-lease-manager's own races (README, "Scaling out"): its
-//! writes carry no `resourceVersion` precondition, so a follower's release of a Lease it saw
-//! expire can land after a renewal or acquisition that already succeeded.
+//! kube-lease-manager's writes carry no `resourceVersion` precondition, so a renewal that
+//! arrives late, or a follower's clearing of a Lease it saw expire, can make two replicas
+//! believe they hold the Lease for up to a renew period (README, "Scaling out"). Against that,
+//! a new term's workers start only once the Lease has been held without a break for
+//! `renew_deadline + worker_stop_timeout`
+//! ([`wait_out_previous_leader`](LeaderElectionConfig::wait_out_previous_leader), on by
+//! default): every other replica's last record naming itself predates this replica's
+//! acquisition, so its workers are gone by then, and one that takes the Lease back meanwhile
+//! is seen at the next renewal, which ends the wait.
 //!
 //! # Example
 //!
@@ -133,6 +139,7 @@ pub struct LeaderElectionConfig {
     retry_period: Duration,
     worker_stop_timeout: Duration,
     release_on_cancel: bool,
+    wait_out_previous_leader: bool,
 }
 
 impl LeaderElectionConfig {
@@ -151,6 +158,7 @@ impl LeaderElectionConfig {
             retry_period: Duration::from_secs(2),
             worker_stop_timeout: Duration::from_secs(2),
             release_on_cancel: false,
+            wait_out_previous_leader: true,
         }
     }
 
@@ -207,6 +215,19 @@ impl LeaderElectionConfig {
     #[must_use]
     pub fn release_on_cancel(mut self, release: bool) -> Self {
         self.release_on_cancel = release;
+        self
+    }
+
+    /// Whether a term's workers start only once the Lease has been held without a break for
+    /// `renew_deadline + worker_stop_timeout` (default: yes). By then any previous leader's
+    /// workers are gone by its own deadline, even where kube-lease-manager's unconditional
+    /// writes let two replicas believe they hold the Lease (README, "Scaling out", point 3):
+    /// every replica's last renewal naming itself predates this replica's acquisition, and a
+    /// replica that takes the Lease back meanwhile is seen at the next renewal. Off, workers
+    /// start at once: failover is faster by that much, and exposed to those races.
+    #[must_use]
+    pub fn wait_out_previous_leader(mut self, wait: bool) -> Self {
+        self.wait_out_previous_leader = wait;
         self
     }
 
@@ -474,6 +495,13 @@ impl LeaderElector {
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
 
+        // See `LeaderElectionConfig::wait_out_previous_leader`.
+        let settle = if c.wait_out_previous_leader {
+            c.renew_deadline + c.worker_stop_timeout
+        } else {
+            Duration::ZERO
+        };
+        let mut held_since: Option<Instant> = None;
         let outcome = loop {
             let manager_says = *manager.holding.borrow_and_update();
             let seen = *observed.borrow_and_update();
@@ -481,7 +509,17 @@ impl LeaderElector {
                 Observed::Ours { renew_time } => Some(local_deadline(renew_time, c.renew_deadline)),
                 _ => None,
             };
-            let leading = manager_says && deadline.is_some_and(|d| d > Instant::now());
+            let now = Instant::now();
+            let holds = manager_says && deadline.is_some_and(|d| d > now);
+            // Held without a break since `held_since` (the first record of this stretch that
+            // named this replica, seen then or later than it was written).
+            held_since = if holds {
+                held_since.or(Some(now))
+            } else {
+                None
+            };
+            let settled_at = held_since.map(|t| t + settle);
+            let leading = holds && (guard.0.is_some() || settled_at.is_some_and(|t| t <= now));
             if leading && guard.0.is_none() {
                 term_number += 1;
                 tracing::info!(identity = %c.identity, lease = %c.lease_name, term = term_number, "started leading");
@@ -519,6 +557,7 @@ impl LeaderElector {
                 }
                 _ = observed.changed() => {}
                 () = sleep_until_opt(deadline), if guard.0.is_some() => {}
+                () = sleep_until_opt(settled_at), if guard.0.is_none() && holds => {}
                 _ = async {
                     match guard.0.as_mut().and_then(|t| t.workers.as_mut()) {
                         Some(h) => { let _ = h.await; }

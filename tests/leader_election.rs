@@ -21,6 +21,8 @@ const LEASE: Duration = Duration::from_secs(2);
 const RENEW_DEADLINE: Duration = Duration::from_millis(1500);
 const STOP_TIMEOUT: Duration = Duration::from_millis(250);
 const RETRY: Duration = Duration::from_millis(250);
+/// A new term's workers wait this long after the acquisition (`wait_out_previous_leader`).
+const SETTLE: Duration = Duration::from_millis(1750);
 
 fn config(identity: &str) -> LeaderElectionConfig {
     LeaderElectionConfig::new("controller", identity)
@@ -216,10 +218,18 @@ async fn exactly_one_of_three_replicas_leads_and_keeps_leading() {
     assert!(log.leaders_now().is_empty(), "shutdown stopped the workers");
 }
 
-#[tokio::test]
-async fn a_crashed_leader_is_replaced_after_its_lease_expires() {
+/// The Lease holder, as the server has it.
+fn holder(s: &FakeApiServer) -> Option<String> {
+    s.get::<Lease>(Some("default"), "controller")
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+async fn crash_the_leader(wait_out_previous_leader: bool) -> (Duration, Duration) {
     let s = server().await;
     let log = Log::default();
+    let config = |n: &str| config(n).wait_out_previous_leader(wait_out_previous_leader);
     let mut replicas: Vec<_> = ["a", "b"]
         .iter()
         .map(|n| replica(&s, &log, config(n), n, Workers::Obedient))
@@ -231,17 +241,20 @@ async fn a_crashed_leader_is_replaced_after_its_lease_expires() {
     crashed.task.abort();
     let killed = Instant::now();
     let _ = crashed.task.await;
+    let until = killed + LEASE + Duration::from_secs(3);
+    // Until another replica holds it (kube-lease-manager first clears an expired lease).
+    while holder(&s).is_none_or(|h| h == leader) {
+        assert!(Instant::now() < until, "the lease was never taken over");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let lease_taken = killed.elapsed();
     let next = log
-        .wait_for_leader(Some(&leader), LEASE + Duration::from_secs(3))
+        .wait_for_leader(Some(&leader), LEASE + SETTLE + Duration::from_secs(3))
         .await;
-    let failover = log.intervals().last().unwrap().start - killed;
-    println!("failover after a crash: {failover:?}");
-    // The follower takes the lease once it expired (at most `LEASE` after the last renewal),
-    // after kube-lease-manager's random 0.1-1 s pause following its release of the expired
-    // lease.
-    assert!(
-        failover <= LEASE + Duration::from_millis(1500),
-        "failover took {failover:?}"
+    let workers_started = log.intervals().last().unwrap().start - killed;
+    println!(
+        "after a crash (wait_out_previous_leader: {wait_out_previous_leader}): lease taken over \
+         after {lease_taken:?}, workers started after {workers_started:?}"
     );
     assert_ne!(next, leader);
     log.assert_no_overlap();
@@ -251,6 +264,40 @@ async fn a_crashed_leader_is_replaced_after_its_lease_expires() {
             .await
             .expect(DEADLOCK);
     }
+    (lease_taken, workers_started)
+}
+
+#[tokio::test]
+async fn a_crashed_leader_is_replaced_after_its_lease_expires() {
+    let (lease_taken, workers_started) = crash_the_leader(true).await;
+    // The follower takes the lease once it expired (at most `LEASE` after the last renewal),
+    // after kube-lease-manager's random 0.1-1 s pause following its release of the expired
+    // lease; its workers start `SETTLE` later.
+    assert!(
+        lease_taken <= LEASE + Duration::from_millis(1500),
+        "took {lease_taken:?}"
+    );
+    assert!(
+        workers_started >= lease_taken + SETTLE - Duration::from_millis(50),
+        "the new leader did not wait out the old one: {workers_started:?}"
+    );
+    assert!(
+        workers_started <= lease_taken + SETTLE + Duration::from_millis(500),
+        "{workers_started:?}"
+    );
+}
+
+#[tokio::test]
+async fn without_waiting_out_the_previous_leader_workers_start_with_the_takeover() {
+    let (lease_taken, workers_started) = crash_the_leader(false).await;
+    assert!(
+        lease_taken <= LEASE + Duration::from_millis(1500),
+        "took {lease_taken:?}"
+    );
+    assert!(
+        workers_started <= lease_taken + Duration::from_millis(300),
+        "{workers_started:?}"
+    );
 }
 
 #[tokio::test]
@@ -282,21 +329,21 @@ async fn release_on_cancel_hands_over_within_the_retry_period() {
         .expect(DEADLOCK)
         .unwrap()
         .unwrap();
-    let lease: Lease = s.get(Some("default"), "controller").unwrap().unwrap();
-    let released = lease
-        .spec
-        .as_ref()
-        .is_none_or(|s| s.holder_identity.is_none());
+    let released = holder(&s) != Some(leader.clone());
+    assert!(released, "the leaving leader released the lease");
+    let until = asked + Duration::from_secs(3);
+    while holder(&s).is_none() {
+        assert!(Instant::now() < until, "the released lease was never taken");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let handover = asked.elapsed();
     let next = log
-        .wait_for_leader(Some(&leader), Duration::from_secs(3))
+        .wait_for_leader(Some(&leader), SETTLE + Duration::from_secs(3))
         .await;
-    let handover = log.intervals().last().unwrap().start - asked;
-    println!("handover after a release: {handover:?}");
+    let workers = log.intervals().last().unwrap().start - asked;
+    println!("after a release: lease taken after {handover:?}, workers started after {workers:?}");
     assert_ne!(next, leader);
-    assert!(
-        released || lease.spec.unwrap().holder_identity.as_deref() == Some(&*next),
-        "the leaving leader released the lease"
-    );
+    assert_eq!(holder(&s).as_deref(), Some(next.as_str()));
     assert!(
         handover < Duration::from_millis(1200),
         "took {handover:?}: the follower waited for expiry instead of seeing the release"

@@ -21,6 +21,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::common::within;
+use crate::proxy::Proxy;
 use crate::support::Cluster;
 
 const LEASE_NAME: &str = "checksum-controller";
@@ -29,6 +30,11 @@ const LEASE: Duration = Duration::from_secs(2);
 /// applies its own claim (`manager.rs`, `watcher_step`).
 const ACQUIRE_PAUSE: Duration = Duration::from_secs(1);
 const ANNOTATION: &str = "example.com/checksum";
+const RENEW_DEADLINE: Duration = Duration::from_millis(1500);
+const STOP_TIMEOUT: Duration = Duration::from_millis(250);
+/// A new leader's workers start this long after it acquired the Lease (the elector's
+/// `wait_out_previous_leader`).
+const SETTLE: Duration = Duration::from_millis(1750);
 
 fn unix_ms() -> u128 {
     SystemTime::now()
@@ -121,6 +127,59 @@ async fn annotated(cms: &Api<ConfigMap>, name: &str) -> Result<(), String> {
     {
         Some(_) => Ok(()),
         None => Err(format!("{name} has no checksum annotation yet")),
+    }
+}
+
+/// Each replica's leading intervals `[start, stop)` in unix ms; a term without a stop line
+/// lasts until `end_ms` (the replica's death, or now).
+fn intervals(events: &Events, end_ms: &BTreeMap<String, u128>) -> Vec<(String, u128, u128)> {
+    let mut open: BTreeMap<String, u128> = BTreeMap::new();
+    let mut out = Vec::new();
+    for e in events.lock().unwrap().iter() {
+        match e.what.as_str() {
+            "leading-start" => {
+                open.insert(e.replica.clone(), e.at_ms);
+            }
+            "leading-stop" => {
+                if let Some(start) = open.remove(&e.replica) {
+                    out.push((e.replica.clone(), start, e.at_ms));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (replica, start) in open {
+        let end = end_ms.get(&replica).copied().unwrap_or_else(unix_ms);
+        out.push((replica, start, end));
+    }
+    out
+}
+
+/// No two replicas led at once, and every write happened inside its replica's term.
+fn assert_no_overlap(events: &Events, end_ms: &BTreeMap<String, u128>) {
+    let terms = intervals(events, end_ms);
+    for (i, a) in terms.iter().enumerate() {
+        for b in &terms[i + 1..] {
+            if a.0 != b.0 {
+                assert!(
+                    a.2 <= b.1 || b.2 <= a.1,
+                    "two replicas led at once: {a:?} and {b:?}"
+                );
+            }
+        }
+    }
+    for e in events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.what == "reconciled")
+    {
+        assert!(
+            terms
+                .iter()
+                .any(|t| t.0 == e.replica && t.1 <= e.at_ms && e.at_ms <= t.2),
+            "a write outside its replica's term: {e:?} (terms {terms:?})"
+        );
     }
 }
 
@@ -221,8 +280,21 @@ async fn leader_election_killed_leader_process_is_replaced_and_no_two_reconcile_
     .expect("create a ConfigMap after the kill");
 
     until_ok(
-        "the follower takes over",
+        "the follower takes the lease",
         LEASE + ACQUIRE_PAUSE + Duration::from_secs(10),
+        || async {
+            let lease = leases.get(LEASE_NAME).await.map_err(|e| e.to_string())?;
+            match lease.spec.and_then(|s| s.holder_identity) {
+                Some(h) if h == follower => Ok(()),
+                other => Err(format!("holder {other:?}")),
+            }
+        },
+    )
+    .await;
+    let lease_taken = Duration::from_millis((unix_ms() - killed_ms) as u64);
+    until_ok(
+        "the follower's workers start",
+        SETTLE + Duration::from_secs(10),
         || async {
             match of(&events, follower, "leading-start").first() {
                 Some(_) => Ok(()),
@@ -234,8 +306,8 @@ async fn leader_election_killed_leader_process_is_replaced_and_no_two_reconcile_
     let took_over_ms = of(&events, follower, "leading-start")[0].at_ms;
     let failover = Duration::from_millis((took_over_ms - killed_ms) as u64);
     eprintln!(
-        "leader election e2e: {follower} took over {failover:?} after {holder} was killed \
-         (lease duration {LEASE:?}, renew every 1 s)"
+        "leader election e2e: {follower} took the lease {lease_taken:?} and started its workers \
+         {failover:?} after {holder} was killed (lease duration {LEASE:?}, renew every 1 s)"
     );
     until_ok(
         "the new leader reconciles app-new",
@@ -244,11 +316,15 @@ async fn leader_election_killed_leader_process_is_replaced_and_no_two_reconcile_
     )
     .await;
 
-    // Within the lease duration after the kill, plus kube-lease-manager's acquisition pause
-    // (and 500 ms of scheduling and request slack).
+    // The lease within its duration after the kill, plus kube-lease-manager's acquisition
+    // pause (and 500 ms of polling, scheduling and request slack); the workers `SETTLE` later.
     assert!(
-        failover <= LEASE + ACQUIRE_PAUSE + Duration::from_millis(500),
-        "failover took {failover:?}"
+        lease_taken <= LEASE + ACQUIRE_PAUSE + Duration::from_millis(500),
+        "the lease was taken over after {lease_taken:?}"
+    );
+    assert!(
+        failover <= lease_taken + SETTLE + Duration::from_millis(500),
+        "the workers started {failover:?} after the kill"
     );
     // No two reconciled at once: the dead leader's writes all happened before it died, the
     // new leader's all after it started leading, which was after the old one died.
@@ -270,6 +346,8 @@ async fn leader_election_killed_leader_process_is_replaced_and_no_two_reconcile_
             .any(|e| e.key.as_deref() == Some("default/app-new")),
         "the new leader reconciled app-new: {new_writes:?}"
     );
+
+    assert_no_overlap(&events, &BTreeMap::from([(holder.clone(), dead_ms)]));
 
     // A graceful stop (SIGTERM) stops the workers, then releases the lease.
     let mut last = children
@@ -295,4 +373,142 @@ async fn leader_election_killed_leader_process_is_replaced_and_no_two_reconcile_
         None,
         "released on the way out"
     );
+}
+
+/// How the leader's network path breaks.
+#[derive(Clone, Copy, Debug)]
+enum Partition {
+    /// Connections closed and refused: every request fails at once.
+    Cut,
+    /// Connections kept open but silent: requests hang.
+    BlackHole,
+}
+
+/// The leader loses the API server while its process lives on: it must stop its workers
+/// within the renew deadline (+ stop timeout) of its last renewal, before the Lease expires and
+/// the other replica takes over; after the path heals it stays a follower.
+async fn partitioned_leader(mode: Partition) {
+    let bin = example_binary();
+    let cluster = within("start", Cluster::start_for("leader_partition")).await;
+    let admin = cluster.admin();
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "default");
+    within(
+        "create",
+        cms.create(&PostParams::default(), &labelled("app-0")),
+    )
+    .await
+    .expect("create a labelled ConfigMap");
+    let events: Events = Arc::default();
+    let mut proxies = BTreeMap::new();
+    let mut children = BTreeMap::new();
+    for name in ["a", "b"] {
+        let proxy = Proxy::start(cluster.apiserver_port()).await;
+        let kubeconfig = cluster
+            .write_kubeconfig_via(&proxy.url(), &format!("kubeconfig-{name}"))
+            .expect("kubeconfig written");
+        children.insert(
+            name.to_string(),
+            spawn_replica(&bin, &kubeconfig, name, &events),
+        );
+        proxies.insert(name.to_string(), proxy);
+    }
+    until_ok(
+        "the first leader reconciles",
+        Duration::from_secs(30),
+        || async { annotated(&cms, "app-0").await },
+    )
+    .await;
+    // Let a renewal or two happen, then break the leader's path right after one.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let holder = within("get lease", leases.get(LEASE_NAME))
+        .await
+        .expect("the lease exists")
+        .spec
+        .and_then(|s| s.holder_identity)
+        .expect("the lease has a holder");
+    let follower = if holder == "a" { "b" } else { "a" };
+    let cut_ms = unix_ms();
+    match mode {
+        Partition::Cut => proxies[&holder].cut(),
+        Partition::BlackHole => proxies[&holder].black_hole(),
+    }
+    until_ok(
+        "the follower takes over",
+        LEASE + ACQUIRE_PAUSE + Duration::from_secs(10),
+        || async {
+            match of(&events, follower, "leading-start").first() {
+                Some(_) => Ok(()),
+                None => Err("the follower has not started leading".to_string()),
+            }
+        },
+    )
+    .await;
+    let stepped_down = of(&events, &holder, "leading-stop");
+    let took_over = of(&events, follower, "leading-start")[0].at_ms;
+    assert_eq!(
+        stepped_down.len(),
+        1,
+        "the cut-off leader stopped its workers: {:?}",
+        events.lock().unwrap()
+    );
+    let down_after = Duration::from_millis((stepped_down[0].at_ms - cut_ms) as u64);
+    eprintln!(
+        "leader election e2e ({mode:?}): {holder} stepped down {down_after:?} after its path broke; \
+         {follower} took over {:?} after",
+        Duration::from_millis((took_over - cut_ms) as u64)
+    );
+    // The last renewal was at most at the cut: workers gone by then + deadline + stop timeout.
+    assert!(
+        down_after <= RENEW_DEADLINE + STOP_TIMEOUT + Duration::from_millis(300),
+        "the cut-off leader kept its workers for {down_after:?}"
+    );
+    assert!(
+        stepped_down[0].at_ms <= took_over,
+        "the follower led before the leader stopped"
+    );
+
+    // The path heals: the old leader reads the new holder and stays a follower.
+    match mode {
+        Partition::Cut => proxies[&holder].restore(),
+        Partition::BlackHole => proxies[&holder].heal(),
+    }
+    within(
+        "create",
+        cms.create(&PostParams::default(), &labelled("app-1")),
+    )
+    .await
+    .expect("create a ConfigMap after the takeover");
+    until_ok(
+        "the new leader reconciles app-1",
+        Duration::from_secs(10),
+        || async { annotated(&cms, "app-1").await },
+    )
+    .await;
+    // A renewal the old leader sent into the broken path may reach the server now: as
+    // kube-lease-manager renews without a precondition, it rewrites the new holder's renewTime
+    // with an old time, the Lease looks expired, and the old leader may take it back. Whatever
+    // happens, no two replicas' workers may overlap.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    eprintln!(
+        "leader election e2e ({mode:?}): after healing, {holder} led {} more time(s)",
+        of(&events, &holder, "leading-start").len() - 1
+    );
+    assert_no_overlap(&events, &BTreeMap::new());
+    for (_, mut child) in children {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
+async fn leader_election_leader_cut_off_stops_its_workers_before_the_takeover() {
+    partitioned_leader(Partition::Cut).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
+async fn leader_election_leader_black_holed_stops_its_workers_before_the_takeover() {
+    partitioned_leader(Partition::BlackHole).await;
 }
