@@ -37,6 +37,8 @@ run_e2e() {
         bin="$(bash scripts/build-k8s.sh)" || { echo "e2e: scripts/build-k8s.sh failed" >&2; return 1; }
     fi
     echo "e2e: binaries in $bin"
+    # tests/e2e/leader.rs runs two replica processes of this example.
+    cargo build --quiet --all-features --example leader_election
     # The e2e tests are #[ignore]d so that a plain `cargo test` reports them as not run;
     # --include-ignored runs them here. One cluster per test; on 2 cores they are better started
     # one after the other.

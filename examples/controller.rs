@@ -50,8 +50,9 @@ pub fn checksum(cm: &ConfigMap) -> String {
     format!("{:016x}", h.finish())
 }
 
-/// One reconcile: make the annotation match the data. Errors are retried by the caller.
-async fn reconcile(
+/// One reconcile: make the annotation match the data (`Ok(true)` if it wrote). Errors are
+/// retried by the caller.
+pub async fn reconcile(
     key: &ObjectKey,
     lister: &Lister<ConfigMap>,
     client: &Client,

@@ -107,6 +107,8 @@
 pub mod factory;
 pub mod fifo;
 pub mod informer;
+#[cfg(feature = "leader-election")]
+pub mod leader;
 pub mod lister;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
@@ -187,6 +189,8 @@ pub use informer::{
     InformerError, InformerId, InformerMetricsProvider, Lifecycle, ResourceEventHandler,
     ResourceEventHandlerFuncs, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
+#[cfg(feature = "leader-election")]
+pub use leader::{LeaderElectionConfig, LeaderElector, Leadership, Role};
 pub use lister::{Lister, NamespaceLister};
 pub use reflector::{
     ApiListerWatcher, BackoffConfig, ListWatchTarget, ListerWatcher, Projection, ProjectionError,

@@ -23,6 +23,8 @@ mod support;
 
 #[path = "e2e/crd.rs"]
 mod crd;
+#[path = "e2e/leader.rs"]
+mod leader;
 #[path = "e2e/recovery.rs"]
 mod recovery;
 #[path = "e2e/sharding.rs"]

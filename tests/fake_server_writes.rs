@@ -1,5 +1,6 @@
 //! The fake API server's write path as a controller uses it, through kube's own client: PATCH
-//! (JSON merge patch and JSON patch), `/status` subresources, finalizers and deletion,
+//! (JSON merge patch, JSON patch, strategic merge patch and server-side apply of maps and
+//! scalars), `/status` subresources, finalizers and deletion,
 //! optimistic concurrency, dry runs. Each rule is kube-apiserver's (the comments name where).
 #![cfg(feature = "testing")]
 
@@ -283,35 +284,141 @@ async fn patch_resource_version_is_a_precondition() {
 }
 
 #[tokio::test]
-async fn strategic_merge_and_apply_patches_are_refused_with_415() {
+async fn strategic_merge_patch_of_maps_and_scalars_merges_and_lists_are_refused_with_415() {
     let (s, api) = server().await;
     api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let out = api
+        .patch(
+            "a",
+            &pp(),
+            &Patch::Strategic(
+                json!({"data": {"k": "x", "n": "y"}, "metadata": {"labels": {"l": "1"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out.data,
+        Some([("k".into(), "x".into()), ("n".into(), "y".into())].into())
+    );
+    let out = api
+        .patch("a", &pp(), &Patch::Strategic(json!({"data": {"n": null}})))
+        .await
+        .unwrap();
+    assert_eq!(out.data, cm_data("x"));
     let e = api_err(
-        api.patch("a", &pp(), &Patch::Strategic(json!({"data": {"k": "x"}})))
-            .await,
+        api.patch(
+            "a",
+            &pp(),
+            &Patch::Strategic(json!({"metadata": {"finalizers": ["f"]}})),
+        )
+        .await,
     );
     assert_eq!((e.code, e.reason.as_str()), (415, "UnsupportedMediaType"));
-    assert!(e.message.contains("strategic merge patch"), "{}", e.message);
     assert!(
-        e.message.contains("application/merge-patch+json"),
+        e.message.contains("a list at .metadata.finalizers"),
         "{}",
         e.message
     );
-    let apply = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "x"}});
+    assert_eq!(
+        s.current_resource_version(),
+        3,
+        "the refused patch wrote nothing"
+    );
+}
+
+fn cm_data(v: &str) -> Option<std::collections::BTreeMap<String, String>> {
+    Some([("k".to_string(), v.to_string())].into())
+}
+
+#[tokio::test]
+async fn server_side_apply_tracks_field_managers_and_conflicts_with_409() {
+    let (_s, api) = server().await;
+    let applied = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": v}});
+    // An apply creates what does not exist.
+    let out = api
+        .patch("a", &PatchParams::apply("one"), &Patch::Apply(applied("1")))
+        .await
+        .unwrap();
+    assert_eq!(out.data, cm_data("1"));
+    let mf = out.metadata.managed_fields.clone().unwrap();
+    assert_eq!(mf.len(), 1);
+    assert_eq!(mf[0].manager.as_deref(), Some("one"));
+    assert_eq!(mf[0].operation.as_deref(), Some("Apply"));
+    assert_eq!(
+        mf[0].fields_v1.as_ref().unwrap().0,
+        json!({"f:data": {"f:k": {}}})
+    );
+
+    // Another manager applying a different value: 409 Conflict, naming the owner and field.
     let e = api_err(
-        api.patch("a", &PatchParams::apply("ctl"), &Patch::Apply(&apply))
+        api.patch("a", &PatchParams::apply("two"), &Patch::Apply(applied("2")))
             .await,
     );
-    assert_eq!((e.code, e.reason.as_str()), (415, "UnsupportedMediaType"));
-    assert!(e.message.contains("server-side apply"), "{}", e.message);
-    // Nor does an apply create what does not exist.
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert!(
+        e.message
+            .contains("conflict with \"one\" using v1: .data.k"),
+        "{}",
+        e.message
+    );
+    // The same value is shared ownership; force takes the field.
+    api.patch("a", &PatchParams::apply("two"), &Patch::Apply(applied("1")))
+        .await
+        .unwrap();
+    let out = api
+        .patch(
+            "a",
+            &PatchParams::apply("two").force(),
+            &Patch::Apply(applied("2")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.data, cm_data("2"));
+    let managers: Vec<_> = out
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .map(|m| m.manager.unwrap())
+        .collect();
+    assert_eq!(
+        managers,
+        ["two"],
+        "the forced apply took the field from \"one\""
+    );
+
+    // An update takes what it changes: the next apply by "two" of another value conflicts
+    // with the updater, named by its fieldManager.
+    let upd = PatchParams {
+        field_manager: Some("editor".into()),
+        ..Default::default()
+    };
+    api.patch("a", &upd, &Patch::Strategic(json!({"data": {"k": "3"}})))
+        .await
+        .unwrap();
     let e = api_err(
-        api.patch("new", &PatchParams::apply("ctl"), &Patch::Apply(&apply))
+        api.patch("a", &PatchParams::apply("two"), &Patch::Apply(applied("4")))
             .await,
     );
-    assert_eq!(e.code, 415);
-    assert_eq!(s.current_resource_version(), 1);
-    assert_eq!(api.get("a").await.unwrap().data, cm("a").data);
+    assert!(
+        e.message.contains("conflict with \"editor\""),
+        "{}",
+        e.message
+    );
+
+    // Apply needs a field manager (kube checks it client-side too) and a matching name.
+    let e = api_err(
+        api.patch(
+            "a",
+            &PatchParams::apply("two"),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}),
+            ),
+        )
+        .await,
+    );
+    assert_eq!(e.code, 400, "{}", e.message);
 }
 
 #[tokio::test]

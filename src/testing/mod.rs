@@ -8,8 +8,9 @@
 //! - create / update (with optimistic concurrency) / patch / delete / get, over HTTP or (all
 //!   but patch) through [`FakeApiServer::create`] and friends, with one global increasing
 //!   `resourceVersion`; `dryRun=All` on every write;
-//! - `PATCH` with a JSON merge patch (RFC 7386) or a JSON patch (RFC 6902); strategic merge
-//!   patch and server-side apply are refused (see [Writes](#writes));
+//! - `PATCH` with a JSON merge patch (RFC 7386) or a JSON patch (RFC 6902), and strategic merge
+//!   patch and server-side apply (field managers, conflicts) for bodies of maps and scalars
+//!   (see [Writes](#writes));
 //! - `/status` subresources ([`StatusSubresource`]), and finalizers with two-phase deletion;
 //! - list with `limit`/`continue` and the `resourceVersion`/`resourceVersionMatch` rules;
 //! - watch as a chunked stream of JSON lines from a resourceVersion, bookmarks,
@@ -105,11 +106,26 @@
 //! - **PATCH**: `application/merge-patch+json` and `application/json-patch+json` (every
 //!   operation; a failing `test` or a missing path is `422 Invalid`, a body that is not a patch
 //!   `400`), applied to the stored object, then stored as an update, so every rule here applies
-//!   to the result. `application/strategic-merge-patch+json` and `application/apply-patch+yaml`
-//!   (server-side apply) get `415 UnsupportedMediaType` with a message saying so: both depend on
-//!   per-field merge rules and field ownership the fake server does not model, and an
-//!   approximation would give results the real server would not. A patch of a missing object
-//!   is `404` (so an apply never creates).
+//!   to the result. A patch of a missing object is `404`.
+//! - **Strategic merge patch** (`application/strategic-merge-patch+json`) of maps and scalars:
+//!   without lists and `$`-directives it merges exactly as a JSON merge patch (`null` deletes).
+//!   A body with a list anywhere, or a directive, is refused with `415` naming the field, since
+//!   list merging follows per-field `patchStrategy` tags the fake server does not have.
+//! - **Server-side apply** (`application/apply-patch+yaml`, the configuration written as JSON;
+//!   CBOR is `415`), of maps and scalars (a list or a `null` in the configuration is `415`):
+//!   `fieldManager` is required (`422`); an apply to a missing object creates it (`201`).
+//!   `metadata.managedFields` gets one entry per manager and operation (`Apply`, `Update`)
+//!   with its `FieldsV1` set of leaf fields. A non-forced apply that sets a field another entry
+//!   owns to a different value is `409 Conflict` (reason `Conflict`, one `FieldManagerConflict`
+//!   cause per field, "conflict with "m" using v1: .data.k"); an equal value is shared
+//!   ownership; `force=true` takes the fields. Fields the manager applied before and leaves out
+//!   now are removed unless another entry owns them. Once an object has managed fields, every
+//!   other write (PUT, any patch) is recorded as an `Update` by its `fieldManager` (else the
+//!   User-Agent up to its first `/`): it takes the fields it changes from every other entry,
+//!   and removed fields are owned by nobody. Unlike kube-apiserver, an object that was never
+//!   applied has no managed fields (creates and updates alone do not start tracking), so an
+//!   apply never conflicts with fields set only by such writes; `status` is never owned where
+//!   the status subresource serves it.
 //! - **Status subresource** ([`StatusSubresource`], chosen at registration: by default, types
 //!   with a `status` field have one): `GET`/`PUT`/`PATCH` of `.../{name}/status` change only
 //!   `.status` (everything else is kept as stored, as apiextensions' status strategy does);
@@ -142,6 +158,7 @@
 //!   selectors and continue tokens `400 BadRequest`. Odd requests never panic the server.
 
 mod faults;
+mod fields;
 mod patch;
 mod query;
 mod server;

@@ -2,10 +2,15 @@
 //!
 //! JSON patch (RFC 6902) and JSON merge patch (RFC 7386) are applied with the `json-patch`
 //! crate, as kube-apiserver applies them with `evanphx/json-patch` (`handlers/patch.go`).
-//! Strategic merge patch and server-side apply are refused with `415 Unsupported Media Type`:
-//! both depend on per-field merge rules (Go struct tags, OpenAPI list types) and, for apply,
-//! field ownership, which the fake server does not model; an approximation would give results
-//! the real server would not.
+//!
+//! Strategic merge patch and server-side apply are served for bodies of maps and scalars only
+//! (a Lease, a ConfigMap's `data`, labels and annotations): the merge of lists depends on
+//! per-field rules (Go `patchStrategy` tags, OpenAPI `listType`) the fake server does not have,
+//! so a body with a list, and a strategic `$`-directive, gets `415` saying so
+//! ([`fields::check_supported`](super::fields::check_supported)) rather than a result the real
+//! server would not give. Within that subset a strategic merge patch is exactly a JSON merge
+//! patch (maps merged key by key, `null` deletes), and an apply is handled by
+//! [`fields::apply`](super::fields::apply) with field ownership.
 
 use serde_json::Value;
 
@@ -18,6 +23,11 @@ pub(crate) enum PatchType {
     Json,
     /// `application/merge-patch+json`.
     Merge,
+    /// `application/strategic-merge-patch+json`, of maps and scalars.
+    Strategic,
+    /// `application/apply-patch+yaml` (server-side apply; a JSON body is valid YAML), of maps
+    /// and scalars.
+    Apply,
 }
 
 const JSON_PATCH: &str = "application/json-patch+json";
@@ -27,7 +37,12 @@ const APPLY_PATCH_YAML: &str = "application/apply-patch+yaml";
 const APPLY_PATCH_CBOR: &str = "application/apply-patch+cbor";
 
 /// What the fake server accepts, in the order the 415 message lists them.
-const ACCEPTED: &[&str] = &[JSON_PATCH, MERGE_PATCH];
+const ACCEPTED: &[&str] = &[
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    APPLY_PATCH_YAML,
+];
 
 /// The maximum number of operations in one JSON patch (`maxJSONPatchOperations`).
 const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
@@ -45,16 +60,12 @@ impl PatchType {
         match media {
             JSON_PATCH => Ok(Self::Json),
             MERGE_PATCH => Ok(Self::Merge),
-            STRATEGIC_MERGE_PATCH => Err(ApiError::unsupported_media_type(
+            STRATEGIC_MERGE_PATCH => Ok(Self::Strategic),
+            APPLY_PATCH_YAML => Ok(Self::Apply),
+            APPLY_PATCH_CBOR => Err(ApiError::unsupported_media_type(
                 ACCEPTED,
                 Some(
-                    "the fake API server does not implement strategic merge patch: send a JSON merge patch or a JSON patch",
-                ),
-            )),
-            APPLY_PATCH_YAML | APPLY_PATCH_CBOR => Err(ApiError::unsupported_media_type(
-                ACCEPTED,
-                Some(
-                    "the fake API server does not implement server-side apply: send a JSON merge patch or a JSON patch",
+                    "the fake API server does not decode CBOR: send the apply configuration as JSON",
                 ),
             )),
             _ => Err(ApiError::unsupported_media_type(ACCEPTED, None)),
@@ -70,7 +81,9 @@ impl PatchType {
 ///
 /// `400 BadRequest` for a body that is not a patch of its type, `413` for a JSON patch of more
 /// than 10,000 operations, `422 Invalid` for a JSON patch that does not apply (a failed `test`,
-/// a missing path), as `jsonPatcher.applyJSPatch` answers.
+/// a missing path), as `jsonPatcher.applyJSPatch` answers; `415` for a strategic merge patch
+/// outside the supported subset. An apply is not a patch of this kind (the caller hands it to
+/// `fields::apply`): `500` if one gets here.
 pub(crate) fn apply(kind: PatchType, current: &Value, body: &[u8]) -> Result<Value, ApiError> {
     // `validateAndTranscodePatch`: a patch must be JSON whatever its type.
     let body: Value =
@@ -96,7 +109,17 @@ pub(crate) fn apply(kind: PatchType, current: &Value, body: &[u8]) -> Result<Val
                 .map_err(|e| ApiError::unprocessable(e.to_string()))?;
             doc
         }
-        PatchType::Merge => {
+        PatchType::Apply => {
+            return Err(ApiError::internal(
+                "an apply configuration is not a patch to merge",
+            ));
+        }
+        PatchType::Merge | PatchType::Strategic => {
+            if kind == PatchType::Strategic {
+                // `strategicpatch.StrategicMergeMapPatch` over a schema without list fields
+                // or directives merges as RFC 7386 does.
+                super::fields::check_supported(&body, "strategic merge patch", true)?;
+            }
             if !body.is_object() {
                 // evanphx `MergePatch` turns a non-object patch into the whole document, which
                 // then fails to decode as the object; the apiserver answers 400 or 422. A
@@ -139,12 +162,15 @@ mod tests {
             PatchType::from_content_type(Some(JSON_PATCH)),
             Ok(PatchType::Json)
         );
-        for refused in [
-            Some(STRATEGIC_MERGE_PATCH),
-            Some(APPLY_PATCH_YAML),
-            Some("text/plain"),
-            None,
-        ] {
+        assert_eq!(
+            PatchType::from_content_type(Some(STRATEGIC_MERGE_PATCH)),
+            Ok(PatchType::Strategic)
+        );
+        assert_eq!(
+            PatchType::from_content_type(Some(APPLY_PATCH_YAML)),
+            Ok(PatchType::Apply)
+        );
+        for refused in [Some(APPLY_PATCH_CBOR), Some("text/plain"), None] {
             let e = PatchType::from_content_type(refused).unwrap_err();
             assert_eq!(
                 (e.code, e.reason),
@@ -153,14 +179,29 @@ mod tests {
             );
             assert!(e.message.contains(MERGE_PATCH), "{}", e.message);
         }
-        let smp = PatchType::from_content_type(Some(STRATEGIC_MERGE_PATCH)).unwrap_err();
-        assert!(
-            smp.message.contains("strategic merge patch"),
-            "{}",
-            smp.message
-        );
-        let ssa = PatchType::from_content_type(Some(APPLY_PATCH_YAML)).unwrap_err();
-        assert!(ssa.message.contains("server-side apply"), "{}", ssa.message);
+        let cbor = PatchType::from_content_type(Some(APPLY_PATCH_CBOR)).unwrap_err();
+        assert!(cbor.message.contains("CBOR"), "{}", cbor.message);
+    }
+
+    #[test]
+    fn strategic_merge_patch_of_maps_and_scalars_merges_as_rfc_7386_and_refuses_lists() {
+        let body = br#"{"metadata": {"labels": {"x": null, "y": "2"}}, "data": {"k": "w"}}"#;
+        let out = apply(PatchType::Strategic, &cm(), body).unwrap();
+        assert_eq!(out["metadata"]["labels"], json!({"y": "2"}));
+        assert_eq!(out["data"], json!({"k": "w", "l": [1, 2]}));
+        for refused in [
+            &br#"{"data": {"l": [3]}}"#[..],
+            br#"{"metadata": {"$patch": "replace"}}"#,
+            br#"{"$setElementOrder/data": {}}"#,
+        ] {
+            let e = apply(PatchType::Strategic, &cm(), refused).unwrap_err();
+            assert_eq!(
+                (e.code, e.reason),
+                (415, "UnsupportedMediaType"),
+                "{}",
+                String::from_utf8_lossy(refused)
+            );
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::faults::Verb;
+use super::fields;
 use super::patch::{self, PatchType};
 use super::query::{
     ApiError, Filter, QueryParams, decode_continue, encode_continue, flag, reason_for, url_decode,
@@ -122,6 +123,11 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let raw_query = req.uri().query().map(str::to_string);
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let resp = if let Some(code) = shared.faults.take_failure(verb) {
         error_response(&ApiError::new(
             code,
@@ -152,6 +158,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         let request = WriteRequest {
             body,
             content_type,
+            user_agent,
             options: WriteParams::parse(raw_query.as_deref()),
         };
         match dispatch(
@@ -206,7 +213,19 @@ fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
 struct WriteRequest {
     body: Bytes,
     content_type: Option<String>,
+    user_agent: Option<String>,
     options: WriteParams,
+}
+
+impl WriteRequest {
+    /// The field manager of a non-apply write: `fieldManager`, else the User-Agent up to its
+    /// first `/` (`fieldmanager.prefixFromUserAgent`).
+    fn update_manager(&self) -> String {
+        self.options.field_manager.clone().unwrap_or_else(|| {
+            let ua = self.user_agent.as_deref().unwrap_or("");
+            ua.split('/').next().unwrap_or("").to_string()
+        })
+    }
 }
 
 /// The query parameters of writes (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
@@ -214,6 +233,7 @@ struct WriteRequest {
 struct WriteParams {
     dry_run: Vec<String>,
     force: Option<String>,
+    field_manager: Option<String>,
 }
 
 impl WriteParams {
@@ -224,6 +244,7 @@ impl WriteParams {
             match url_decode(k).as_str() {
                 "dryRun" => p.dry_run.push(url_decode(v)),
                 "force" => p.force = Some(url_decode(v)),
+                "fieldManager" => p.field_manager = Some(url_decode(v)),
                 _ => {}
             }
         }
@@ -371,16 +392,24 @@ fn dispatch(
         (&Method::PUT, Some(name)) => {
             let mode = WriteMode::api(part, write_dry_run(&request, "UpdateOptions")?);
             let obj = parse_json(&request.body)?;
-            let v = shared
-                .store
-                .lock()
-                .update(route.res, ns, Some(name), obj, mode)?;
+            let mut store = shared.store.lock();
+            // A tracked object's managed fields follow the update (`fields::record_update`).
+            let obj = match store.get(route.res, ns, name) {
+                Ok(old) => fields::record_update(
+                    &old,
+                    obj,
+                    &request.update_manager(),
+                    info.status_subresource && part == Part::Main,
+                ),
+                Err(_) => obj,
+            };
+            let v = store.update(route.res, ns, Some(name), obj, mode)?;
             Ok(full(200, &present(v)))
         }
         (&Method::PATCH, Some(name)) => {
             // As `PatchResource`: the content type first, then the options, then the body.
             let kind = PatchType::from_content_type(request.content_type.as_deref())?;
-            if request.options.force.is_some() {
+            if request.options.force.is_some() && kind != PatchType::Apply {
                 return Err(ApiError::new(
                     422,
                     "Invalid",
@@ -388,9 +417,16 @@ fn dispatch(
                 ));
             }
             let mode = WriteMode::api(part, write_dry_run(&request, "PatchOptions")?);
+            let ignore_status = info.status_subresource && part == Part::Main;
+            if kind == PatchType::Apply {
+                return server_side_apply(shared, &route, name, &request, mode, ignore_status)
+                    .map(|(code, v)| full(code, &present(v)));
+            }
             let mut store = shared.store.lock();
             let current = store.get(route.res, ns, name)?;
             let patched = patch::apply(kind, &current, &request.body)?;
+            let patched =
+                fields::record_update(&current, patched, &request.update_manager(), ignore_status);
             // The patched object is then an update: a resourceVersion the patch sets is a
             // precondition (409 if stale), and the status and finalizer rules apply.
             let v = store.update(route.res, ns, Some(name), patched, mode)?;
@@ -402,6 +438,68 @@ fn dispatch(
             Ok(full(200, &present(v)))
         }
         _ => Err(method_not_allowed()),
+    }
+}
+
+/// Server-side apply (`PATCH` with `application/apply-patch+yaml`): `fieldManager` is required,
+/// `force` must be `true` or `false`; an apply to a missing object creates it (201), as the
+/// apiserver's patcher does. The configuration is JSON (which is YAML); within the supported
+/// subset (maps and scalars, see `fields`) ownership and conflicts follow the apiserver.
+fn server_side_apply(
+    shared: &Arc<Shared>,
+    route: &Route,
+    name: &str,
+    request: &WriteRequest,
+    mode: WriteMode,
+    ignore_status: bool,
+) -> Result<(u16, Value), ApiError> {
+    let Some(manager) = request
+        .options
+        .field_manager
+        .as_deref()
+        .filter(|m| !m.is_empty())
+    else {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        ));
+    };
+    let force = match request.options.force.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "invalid value for force: {other:?}"
+            )));
+        }
+    };
+    let config: Value = serde_json::from_slice(&request.body).map_err(|e| {
+        ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the fake API server reads apply configurations written as JSON only: {e}"),
+        )
+    })?;
+    let ns = route.namespace.as_deref();
+    let mut store = shared.store.lock();
+    let live = match store.get(route.res, ns, name) {
+        Ok(v) => Some(v),
+        Err(e) if e.code == 404 => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(body_name) = config["metadata"]["name"].as_str()
+        && body_name != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let mut applied = fields::apply(live.as_ref(), &config, manager, force, ignore_status)?;
+    applied["metadata"]["name"] = json!(name);
+    match live {
+        Some(_) => Ok((200, store.update(route.res, ns, Some(name), applied, mode)?)),
+        None => Ok((201, store.create(route.res, ns, applied, mode)?)),
     }
 }
 

@@ -170,6 +170,28 @@ impl Cluster {
         config
     }
 
+    /// Writes a kubeconfig for `admin` (the test CA by file, the bearer token) into the
+    /// cluster's directory and returns its path, for child processes (`KUBECONFIG`).
+    pub fn write_kubeconfig(&self) -> Result<PathBuf, String> {
+        self.write_kubeconfig_via(&self.url(), "kubeconfig")
+    }
+
+    /// [`write_kubeconfig`](Self::write_kubeconfig) with another server URL (a
+    /// [`Proxy`](crate::proxy::Proxy) in front of the apiserver), as file `name`.
+    pub fn write_kubeconfig_via(&self, server: &str, name: &str) -> Result<PathBuf, String> {
+        let path = self.dir.join(name);
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    \
+             certificate-authority: {}\nusers:\n- name: admin\n  user:\n    token: {ADMIN_TOKEN}\n\
+             contexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: admin\n    \
+             namespace: default\ncurrent-context: e2e\n",
+            server,
+            self.dir.join("ca.crt").display()
+        );
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(path)
+    }
+
     fn client_with_token(&self, token: &str) -> Client {
         Client::try_from(self.config_with_token(token))
             .expect("a client for the e2e cluster builds")
