@@ -128,6 +128,9 @@ pub struct ClientArgs {
     /// The informer's FIFO (`--fifo delta|in-order`, default `delta`); only `client-informer`
     /// reads it.
     pub fifo: kube_informer::FifoMode,
+    /// Cache shard `i` of `n` (`--shard i/n`, sharded list and watch); only `client-informer`
+    /// reads it.
+    pub shard: Option<kube_informer::sharding::ShardSelector>,
 }
 
 impl ClientArgs {
@@ -149,6 +152,14 @@ impl ClientArgs {
                 "in-order" => kube_informer::FifoMode::InOrder,
                 other => panic!("--fifo {other}: expected delta or in-order"),
             },
+            shard: a.get("shard").map(|s| {
+                let (i, n) = s.split_once('/').expect("--shard i/n");
+                kube_informer::sharding::ShardSelector::of(
+                    i.parse().expect("--shard i/n"),
+                    n.parse().expect("--shard i/n"),
+                )
+                .expect("--shard i/n")
+            }),
         }
     }
 }

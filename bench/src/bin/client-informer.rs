@@ -1,6 +1,7 @@
 //! Benchmark client: this crate's `SharedIndexInformer<Pod>` with no-op counting handlers, in
 //! either FIFO mode (`--fifo delta|in-order`), managedFields kept, stripped by a transform
-//! (`--strip true`) or by the decode-time projection (`--project true`).
+//! (`--strip true`) or by the decode-time projection (`--project true`); `--shard i/n` caches one
+//! shard (the replay server needs `--shards n`).
 //! See `kube_informer_bench::measure::ClientArgs` for the options and `bench-runner` for the
 //! scenarios.
 
@@ -33,6 +34,9 @@ async fn main() {
     let mut config = InformerConfig::default().fifo_mode(args.fifo);
     if args.project {
         config = config.projection(Projection::strip_managed_fields());
+    }
+    if let Some(shard) = args.shard.clone() {
+        config.reflector = config.reflector.shard(shard);
     }
     let informer = SharedIndexInformer::new(lw, config);
     if args.strip {
