@@ -9,7 +9,9 @@
 //! ```
 //!
 //! Flags: `--kubeconfig PATH`, or `--server URL --token TOKEN --ca-file PEM`; `--namespace NS`
-//! (default: all namespaces); `--label-selector SEL`; `--fifo in-order|delta` (default `delta`).
+//! (default: all namespaces); `--label-selector SEL`; `--informer-resync SECONDS` (the
+//! informer's default resync period, default 0: then, as in client-go, no handler resyncs,
+//! whatever its own period); `--fifo in-order|delta` (default `delta`).
 //! The informer streams its initial list (`sendInitialEvents`), as client-go does by default
 //! since v0.35 (`WatchListClient` on).
 
@@ -38,6 +40,7 @@ struct Args {
     namespace: Option<String>,
     label_selector: Option<String>,
     fifo: FifoMode,
+    informer_resync: Duration,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -51,6 +54,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--ca-file" => parsed.ca_file = Some(value()?.into()),
             "--namespace" => parsed.namespace = Some(value()?).filter(|s| !s.is_empty()),
             "--label-selector" => parsed.label_selector = Some(value()?).filter(|s| !s.is_empty()),
+            "--informer-resync" => {
+                let secs = value()?;
+                let secs = secs
+                    .parse()
+                    .map_err(|e| format!("--informer-resync {secs}: {e}"))?;
+                parsed.informer_resync = Duration::from_secs(secs);
+            }
             "--fifo" => {
                 parsed.fifo = match value()?.as_str() {
                     "in-order" => FifoMode::InOrder,
@@ -147,6 +157,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         lw,
         InformerConfig::default()
             .fifo_mode(args.fifo)
+            .resync_period(args.informer_resync)
             .reflector(ReflectorConfig::default().streaming_list(true)),
     );
     // Two handlers before start: no resync, and a resync every second (client-go's minimum).
@@ -158,6 +169,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "watch_list": true,
         "namespace": args.namespace.clone().unwrap_or_default(),
         "label_selector": args.label_selector.clone().unwrap_or_default(),
+        "informer_resync": args.informer_resync.as_secs(),
     }}));
     informer.start();
 

@@ -132,6 +132,9 @@ func main() {
 	caFile := flag.String("ca-file", "", "PEM CA bundle that signs the server certificate")
 	namespace := flag.String("namespace", "", "watch only this namespace (default: all)")
 	selector := flag.String("label-selector", "", "watch only ConfigMaps matching this label selector")
+	// With 0, client-go never resyncs, whatever the handlers' own periods: a handler period
+	// only lowers a non-zero check period (sharedIndexInformer.AddEventHandlerWithOptions).
+	informerResync := flag.Int("informer-resync", 0, "the informer's default resync period, seconds")
 	flag.Parse()
 
 	cfg := restConfig(*kubeconfig, *server, *token, *caFile)
@@ -145,7 +148,7 @@ func main() {
 	if *namespace != "" {
 		opts = append(opts, informers.WithNamespace(*namespace))
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, opts...)
+	factory := informers.NewSharedInformerFactoryWithOptions(client, time.Duration(*informerResync)*time.Second, opts...)
 	informer := factory.Core().V1().ConfigMaps().Informer()
 
 	// Two handlers before start: no resync, and a resync every second (client-go's minimum).

@@ -18,7 +18,8 @@
 //!    tombstones and updates;
 //! 6. the apiserver killed and restarted mid-watch, then more writes once both are back.
 //!
-//! Two handlers run from the start, `h0` without resync and `h1` resyncing every second.
+//! Two handlers run from the start, `h0` without resync and `h1` resyncing every second (the
+//! informer's own period is 1 s too: with 0, client-go would not resync `h1` at all).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -185,6 +186,10 @@ impl Watch {
             ADMIN_TOKEN.to_owned(),
             "--ca-file".to_owned(),
             ca.display().to_string(),
+            // A non-zero informer period: without one client-go never resyncs (a handler's
+            // period only lowers it), and neither does kube-informer.
+            "--informer-resync".to_owned(),
+            "1".to_owned(),
         ];
         if let Some(ns) = self.namespace {
             args.extend(["--namespace".to_owned(), ns.to_owned()]);
