@@ -466,7 +466,7 @@ async fn bump_etcd_revision(cluster: &Cluster) {
 }
 
 fn sel_for(i: usize) -> &'static str {
-    if i % 3 == 0 { "out" } else { "in" }
+    if i.is_multiple_of(3) { "out" } else { "in" }
 }
 
 async fn run(test: &str, flavour: Flavour) {
