@@ -42,6 +42,13 @@ run_e2e() {
     # The e2e tests are #[ignore]d so that a plain `cargo test` reports them as not run;
     # --include-ignored runs them here. One cluster per test; on 2 cores they are better started
     # one after the other.
+    # This run includes the differential conformance tests against client-go (issue #15,
+    # tests/e2e/conformance.rs): each builds conformance/clientgo-trace with `go build` through
+    # the Go module proxy (client-go v0.37.2 and, with -modfile=go035.mod, v0.35.10) into
+    # ${KUBE_INFORMER_K8S_CACHE:-$HOME/.cache/kube-informer-k8s}/clientgo-trace/, outside the
+    # repository, with the flags of scripts/build-k8s.sh so that its compiled packages are
+    # reused (seconds once that has run; about a minute more for v0.35 on a clean machine), and
+    # fixes its own FIFO mode, so the in-order rerun below leaves them out.
     KUBE_INFORMER_E2E_BIN="$bin" cargo test --all-features --test e2e -- --include-ignored --test-threads=1
     # The informer tests once more in the in-order FIFO mode (what client-go 1.36+ runs): the
     # ones whose handler calls the two modes could deliver differently (relists, restarts,

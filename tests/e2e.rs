@@ -12,6 +12,8 @@
 
 #[path = "e2e/common.rs"]
 mod common;
+#[path = "e2e/conformance_diff.rs"]
+mod conformance_diff;
 #[path = "e2e/faults.rs"]
 mod faults;
 #[path = "e2e/proxy.rs"]
@@ -21,6 +23,8 @@ mod stress;
 #[path = "e2e/support.rs"]
 mod support;
 
+#[path = "e2e/conformance.rs"]
+mod conformance;
 #[path = "e2e/crd.rs"]
 mod crd;
 #[path = "e2e/leader.rs"]

@@ -234,3 +234,56 @@ impl<K> Event<K> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::fifo::DeletedFinalStateUnknown;
+    use crate::store::ObjectKey;
+
+    fn cm(name: &str, keep: bool) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("ns".to_owned()),
+                labels: keep.then(|| [("keep".to_owned(), "yes".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        })
+    }
+
+    /// A deliberate difference from client-go (README, "Deliberate differences"): client-go's
+    /// `FilterFunc` is handed the `DeletedFinalStateUnknown` itself, so a filter written for the
+    /// object type drops every tombstone; here the filter sees the object inside it.
+    #[test]
+    fn a_filter_sees_the_object_inside_a_tombstone() {
+        let deleted = Arc::new(Mutex::new(Vec::new()));
+        let seen = deleted.clone();
+        let mut handler = FilteringResourceEventHandler::new(
+            |cm: &ConfigMap| cm.metadata.labels.is_some(),
+            ResourceEventHandlerFuncs::new().on_delete(move |d: &DeltaObject<ConfigMap>| {
+                let name = d.object().metadata.name.clone().unwrap_or_default();
+                seen.lock().unwrap().push((name, d.is_tombstone()));
+            }),
+        );
+        for (name, keep) in [("kept", true), ("dropped", false)] {
+            handler.on_delete(&DeltaObject::DeletedFinalStateUnknown(
+                DeletedFinalStateUnknown {
+                    key: ObjectKey::new(Some("ns"), name).unwrap(),
+                    obj: cm(name, keep),
+                },
+            ));
+        }
+        handler.on_delete(&DeltaObject::Object(cm("live", true)));
+        assert_eq!(
+            *deleted.lock().unwrap(),
+            vec![("kept".to_owned(), true), ("live".to_owned(), false)]
+        );
+    }
+}

@@ -34,7 +34,8 @@ pub const BIN_ENV: &str = "KUBE_INFORMER_E2E_BIN";
 /// Set to keep the temporary directory (certificates, etcd data, logs) after the test.
 pub const KEEP_ENV: &str = "KUBE_INFORMER_E2E_KEEP";
 
-const ADMIN_TOKEN: &str = "e2e-admin-token";
+/// The bearer token of `admin` (for child processes that authenticate on their own).
+pub const ADMIN_TOKEN: &str = "e2e-admin-token";
 const RESTRICTED_TOKEN: &str = "e2e-restricted-token";
 /// A cold kube-apiserver start on a loaded 2-core machine takes well under this.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -133,6 +134,11 @@ impl Cluster {
     /// The temporary directory holding certificates, etcd data and the `*.log` files.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The test CA's certificate (PEM), for clients outside this process.
+    pub fn ca_pem(&self) -> PathBuf {
+        self.dir.join("ca.crt")
     }
 
     /// A client for `admin`, member of `system:masters`: allowed everything.

@@ -1,0 +1,686 @@
+//! Differential conformance against client-go (issue #15): the same server events must give the
+//! same handler calls in kube-informer as in client-go.
+//!
+//! Each test builds `conformance/clientgo-trace` (Go, through the module proxy, into a cache
+//! outside the repository) and `examples/conformance_trace.rs`, starts one e2e cluster and three
+//! informer set-ups, each run by both programs at once behind its own proxy: all ConfigMaps, the
+//! ones labelled `sel=in`, and the ones in one namespace. Then it drives the apiserver through
+//! the scenarios below, waiting after each for a quiescent point where every cache and every
+//! handler's view (its calls replayed) equal the server. At the end the calls are compared per
+//! handler and per key (`conformance_diff`); any difference fails with both sequences.
+//!
+//! 1. initial list: objects that exist before the informers start;
+//! 2. bursts: creates, two updates each, deletes, in three namespaces;
+//! 3. relabelling out of (and into) the `sel=in` selector;
+//! 4. a handler added mid-stream (replayed the cache, then live calls);
+//! 5. watch cut by the proxies while objects are deleted, deleted and recreated with a new uid,
+//!    updated and created, etcd compacted and the apiserver restarted: the relist must produce
+//!    tombstones and updates;
+//! 6. the apiserver killed and restarted mid-watch, then more writes once both are back.
+//!
+//! Two handlers run from the start, `h0` without resync and `h1` resyncing every second (the
+//! informer's own period is 1 s too: with 0, client-go would not resync `h1` at all).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+use crate::common::{CONVERGE_TIMEOUT, config_map, create_namespace, versions, within};
+use crate::conformance_diff::{Call, compare, replay};
+use crate::proxy::Proxy;
+use crate::support::{ADMIN_TOKEN, Cluster};
+
+const GO_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/conformance/clientgo-trace");
+const NS_A: &str = "conf-a";
+const NS_B: &str = "conf-b";
+const NS_SCOPED: &str = "conf-scoped";
+const SELECTOR: &str = "sel=in";
+/// The handlers with a resync period: their no-op updates are counted, not compared.
+const RESYNCING: &str = "h1";
+
+/// Which client-go the kube-informer FIFO mode is compared with.
+#[derive(Debug, Clone, Copy)]
+enum Flavour {
+    /// client-go v0.35 with `KUBE_FEATURE_InOrderInformers=false`: the DeltaFIFO path.
+    DeltaFifo,
+    /// client-go v0.37 defaults: in-order informers (GA and locked on since v0.36).
+    InOrder,
+}
+
+impl Flavour {
+    fn go_binary(self) -> &'static str {
+        match self {
+            Flavour::DeltaFifo => "clientgo-trace-v0.35",
+            Flavour::InOrder => "clientgo-trace-v0.37",
+        }
+    }
+
+    /// `go build` flags choosing the client-go version: go035.mod pins v0.35.
+    fn go_modfile(self) -> Option<&'static str> {
+        match self {
+            Flavour::DeltaFifo => Some("-modfile=go035.mod"),
+            Flavour::InOrder => None,
+        }
+    }
+
+    fn go_env(self) -> Vec<(&'static str, &'static str)> {
+        match self {
+            Flavour::DeltaFifo => vec![("KUBE_FEATURE_InOrderInformers", "false")],
+            Flavour::InOrder => vec![],
+        }
+    }
+
+    fn rust_fifo(self) -> &'static str {
+        match self {
+            Flavour::DeltaFifo => "delta",
+            Flavour::InOrder => "in-order",
+        }
+    }
+
+    fn in_order(self) -> bool {
+        matches!(self, Flavour::InOrder)
+    }
+}
+
+/// Builds the client-go trace program into the build cache dir of `scripts/build-k8s.sh`
+/// (outside the repository); Go's own build cache makes a rebuild take seconds.
+fn build_go(flavour: Flavour) -> PathBuf {
+    let cache = std::env::var_os("KUBE_INFORMER_K8S_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/kube-informer-k8s"))
+        })
+        .expect("HOME or KUBE_INFORMER_K8S_CACHE is set");
+    let out = cache.join("clientgo-trace").join(flavour.go_binary());
+    let mut go = std::process::Command::new("go");
+    go.current_dir(GO_DIR)
+        .env("GOFLAGS", "-mod=readonly -buildvcs=false")
+        .env("CGO_ENABLED", "0")
+        .arg("build")
+        // The flags of scripts/build-k8s.sh: the packages it compiled (client-go v0.37.2 among
+        // them) come from Go's build cache instead of being compiled again.
+        .arg("-trimpath");
+    if let Some(modfile) = flavour.go_modfile() {
+        go.arg(modfile);
+    }
+    go.arg("-o").arg(&out).arg(".");
+    let started = Instant::now();
+    let result = go
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `go build` in {GO_DIR}: {e} (is Go installed?)"));
+    assert!(
+        result.status.success(),
+        "go build {:?} failed: {}",
+        flavour.go_modfile(),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    eprintln!(
+        "conformance: built {} in {:?}",
+        out.display(),
+        started.elapsed()
+    );
+    out
+}
+
+/// Builds `examples/conformance_trace.rs` with the features this test was built with and
+/// returns its path (the examples dir beside this test binary's `deps` dir).
+fn build_rust() -> PathBuf {
+    let result = std::process::Command::new(env!("CARGO"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["build", "--all-features", "--example", "conformance_trace"])
+        .output()
+        .expect("cargo runs");
+    assert!(
+        result.status.success(),
+        "cargo build --example conformance_trace failed: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary is in <target>/<profile>/deps");
+    profile_dir.join("examples").join("conformance_trace")
+}
+
+/// One informer set-up: which ConfigMaps it watches.
+#[derive(Debug, Clone, Copy)]
+struct Watch {
+    name: &'static str,
+    namespace: Option<&'static str>,
+    selector: Option<&'static str>,
+}
+
+const WATCHES: [Watch; 3] = [
+    Watch {
+        name: "all",
+        namespace: None,
+        selector: None,
+    },
+    Watch {
+        name: "selected",
+        namespace: None,
+        selector: Some(SELECTOR),
+    },
+    Watch {
+        name: "scoped",
+        namespace: Some(NS_SCOPED),
+        selector: None,
+    },
+];
+
+impl Watch {
+    fn args(self, url: &str, ca: &Path) -> Vec<String> {
+        let mut args = vec![
+            "--server".to_owned(),
+            url.to_owned(),
+            "--token".to_owned(),
+            ADMIN_TOKEN.to_owned(),
+            "--ca-file".to_owned(),
+            ca.display().to_string(),
+            // A non-zero informer period: without one client-go never resyncs (a handler's
+            // period only lowers it), and neither does kube-informer.
+            "--informer-resync".to_owned(),
+            "1".to_owned(),
+        ];
+        if let Some(ns) = self.namespace {
+            args.extend(["--namespace".to_owned(), ns.to_owned()]);
+        }
+        if let Some(sel) = self.selector {
+            args.extend(["--label-selector".to_owned(), sel.to_owned()]);
+        }
+        args
+    }
+
+    /// `key → resourceVersion` of what this set-up should cache, read from the server.
+    async fn server(self, cluster: &Cluster) -> BTreeMap<String, String> {
+        let api: Api<ConfigMap> = match self.namespace {
+            Some(ns) => Api::namespaced(cluster.admin(), ns),
+            None => Api::all(cluster.admin()),
+        };
+        let params = match self.selector {
+            Some(sel) => ListParams::default().labels(sel),
+            None => ListParams::default(),
+        };
+        let list = within("list from the server", api.list(&params))
+            .await
+            .expect("admin lists");
+        versions(&list.items)
+    }
+}
+
+/// A running trace program: its stdin for commands, and every JSON line it printed so far.
+struct Trace {
+    name: String,
+    child: Child,
+    stdin: ChildStdin,
+    lines: Arc<Mutex<Vec<Value>>>,
+    stderr: PathBuf,
+}
+
+impl Trace {
+    fn spawn(
+        name: String,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        dir: &Path,
+    ) -> Trace {
+        let stderr = dir.join(format!("{}.stderr", name.replace(['/', ' '], "_")));
+        let mut child = Command::new(program)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).expect("the trace's stderr file"))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name}: cannot start {}: {e}", program.display()));
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                let value =
+                    serde_json::from_str(&line).unwrap_or_else(|_| json!({ "unparsed": line }));
+                sink.lock().expect("lines lock").push(value);
+            }
+        });
+        Trace {
+            name,
+            child,
+            stdin,
+            lines,
+            stderr,
+        }
+    }
+
+    fn lines_with(&self, field: &str) -> Vec<Value> {
+        let lines = self.lines.lock().expect("lines lock");
+        lines
+            .iter()
+            .filter(|l| l.get(field).is_some())
+            .cloned()
+            .collect()
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.lines_with("handler")
+            .into_iter()
+            .map(|l| {
+                serde_json::from_value(l.clone())
+                    .unwrap_or_else(|e| panic!("{}: bad call line {l}: {e}", self.name))
+            })
+            .collect()
+    }
+
+    fn stderr_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    async fn send(&mut self, command: &str) {
+        let line = format!("{command}\n");
+        within("write a command", self.stdin.write_all(line.as_bytes()))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("{}: stdin closed ({e}): {}", self.name, self.stderr_tail())
+            });
+    }
+
+    /// Sends `command` and waits for the next line carrying `field`.
+    async fn request(&mut self, command: &str, field: &str) -> Value {
+        let before = self.lines_with(field).len();
+        self.send(command).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(line) = self.lines_with(field).get(before) {
+                return line.clone();
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{}: exited ({status}): {}", self.name, self.stderr_tail());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: no `{field}` answer to `{command}` in 30 s: {}",
+                self.name,
+                self.stderr_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The cache as `key → RV`, and whether the informer has synced.
+    async fn dump(&mut self) -> (BTreeMap<String, String>, bool) {
+        let line = self.request("dump", "dump").await;
+        let cache = serde_json::from_value(line["dump"].clone()).expect("a dump is key → RV");
+        (cache, line["synced"] == json!(true))
+    }
+
+    async fn quit(&mut self) {
+        self.request("quit", "bye").await;
+        let status = within("trace exit", self.child.wait()).await.expect("wait");
+        assert!(
+            status.success(),
+            "{}: exited {status}: {}",
+            self.name,
+            self.stderr_tail()
+        );
+    }
+}
+
+/// One set-up run by both programs, behind one proxy.
+struct Pair {
+    watch: Watch,
+    proxy: Proxy,
+    go: Trace,
+    rust: Trace,
+}
+
+impl Pair {
+    fn traces(&mut self) -> [&mut Trace; 2] {
+        [&mut self.go, &mut self.rust]
+    }
+}
+
+/// Waits until, for every pair, both caches and every handler's replayed calls equal the server
+/// (and both informers have synced): a quiescent point.
+async fn quiescent(step: &str, cluster: &Cluster, pairs: &mut [Pair], handlers: &[&str]) {
+    let started = Instant::now();
+    let deadline = started + CONVERGE_TIMEOUT;
+    loop {
+        let mut complaint = None;
+        for pair in pairs.iter_mut() {
+            let server = pair.watch.server(cluster).await;
+            for trace in pair.traces() {
+                let (cache, synced) = trace.dump().await;
+                let calls = trace.calls();
+                if !synced {
+                    complaint = Some(format!("{}: not synced", trace.name));
+                } else if cache != server {
+                    complaint = Some(format!(
+                        "{}: cache {cache:?} != server {server:?}",
+                        trace.name
+                    ));
+                } else if let Some(h) = handlers.iter().find(|h| replay(&calls, h) != server) {
+                    complaint = Some(format!(
+                        "{}: handler {h} saw {:?} != server {server:?}",
+                        trace.name,
+                        replay(&calls, h)
+                    ));
+                }
+            }
+        }
+        let Some(why) = complaint else {
+            eprintln!(
+                "conformance: {step}: quiescent after {:?}",
+                started.elapsed()
+            );
+            return;
+        };
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = pairs
+                .iter()
+                .flat_map(|p| [&p.go, &p.rust])
+                .map(|t| format!("--- {} stderr:\n{}", t.name, t.stderr_tail()))
+                .collect();
+            panic!(
+                "{step}: not quiescent in {CONVERGE_TIMEOUT:?}, likely lost or stuck: {why}\n{}",
+                logs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn labelled(name: &str, value: &str, sel: &str) -> ConfigMap {
+    let mut cm = config_map(name, value);
+    cm.metadata.labels = Some(BTreeMap::from([("sel".to_owned(), sel.to_owned())]));
+    cm
+}
+
+async fn create(api: &Api<ConfigMap>, name: &str, value: &str, sel: &str) {
+    within(
+        "create",
+        api.create(&PostParams::default(), &labelled(name, value, sel)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("create {name}: {e}"));
+}
+
+async fn patch(api: &Api<ConfigMap>, name: &str, body: Value) {
+    within(
+        "patch",
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&body)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("patch {name}: {e}"));
+}
+
+async fn set_value(api: &Api<ConfigMap>, name: &str, value: &str) {
+    patch(api, name, json!({ "data": { "key": value } })).await;
+}
+
+async fn set_sel(api: &Api<ConfigMap>, name: &str, sel: &str) {
+    patch(
+        api,
+        name,
+        json!({ "metadata": { "labels": { "sel": sel } } }),
+    )
+    .await;
+}
+
+async fn delete(api: &Api<ConfigMap>, name: &str) {
+    within("delete", api.delete(name, &DeleteParams::default()))
+        .await
+        .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+}
+
+/// Writes a Secret: etcd's revision moves on while no ConfigMap watch gets an event.
+async fn bump_etcd_revision(cluster: &Cluster) {
+    let secrets: Api<Secret> = Api::namespaced(cluster.admin(), NS_B);
+    let secret = Secret {
+        metadata: ObjectMeta {
+            generate_name: Some("bump-".to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Secret::default()
+    };
+    within(
+        "create a secret",
+        secrets.create(&PostParams::default(), &secret),
+    )
+    .await
+    .expect("admin creates a Secret");
+}
+
+fn sel_for(i: usize) -> &'static str {
+    if i.is_multiple_of(3) { "out" } else { "in" }
+}
+
+async fn run(test: &str, flavour: Flavour) {
+    let go_bin = build_go(flavour);
+    let rust_bin = build_rust();
+    let mut cluster = within("start", Cluster::start_for(test)).await;
+    let admin = cluster.admin();
+    for ns in [NS_A, NS_B, NS_SCOPED] {
+        create_namespace(&admin, ns).await;
+    }
+    let apis: BTreeMap<&str, Api<ConfigMap>> = [NS_A, NS_B, NS_SCOPED]
+        .into_iter()
+        .map(|ns| (ns, Api::namespaced(admin.clone(), ns)))
+        .collect();
+
+    // 1. What the initial list finds.
+    for ns in [NS_A, NS_SCOPED] {
+        for i in 0..4 {
+            create(&apis[ns], &format!("init-{i}"), "v0", sel_for(i)).await;
+        }
+    }
+
+    let mut pairs = Vec::new();
+    for watch in WATCHES {
+        let proxy = Proxy::start(cluster.apiserver_port()).await;
+        let args = watch.args(&proxy.url(), &cluster.ca_pem());
+        let go = Trace::spawn(
+            format!("client-go/{}", watch.name),
+            &go_bin,
+            &args,
+            &flavour.go_env(),
+            cluster.dir(),
+        );
+        let mut rust_args = args.clone();
+        rust_args.extend(["--fifo".to_owned(), flavour.rust_fifo().to_owned()]);
+        let rust = Trace::spawn(
+            format!("kube-informer/{}", watch.name),
+            &rust_bin,
+            &rust_args,
+            &[],
+            cluster.dir(),
+        );
+        pairs.push(Pair {
+            watch,
+            proxy,
+            go,
+            rust,
+        });
+    }
+    let mut handlers = vec!["h0", "h1"];
+    quiescent("initial list", &cluster, &mut pairs, &handlers).await;
+    // The programs say which FIFO they run: the DeltaFIFO flavour must really be on that path.
+    for pair in &mut pairs {
+        for trace in pair.traces() {
+            let hello = trace.lines_with("hello");
+            assert_eq!(
+                hello.first().map(|h| h["hello"]["in_order"].clone()),
+                Some(json!(flavour.in_order())),
+                "{}: {hello:?}",
+                trace.name
+            );
+        }
+    }
+
+    // 2. Bursts: creates, two updates each, a quarter deleted.
+    for ns in [NS_A, NS_B, NS_SCOPED] {
+        let api = &apis[ns];
+        for i in 0..12 {
+            create(api, &format!("burst-{i}"), "v0", sel_for(i)).await;
+        }
+        for round in ["v1", "v2"] {
+            for i in 0..12 {
+                set_value(api, &format!("burst-{i}"), round).await;
+            }
+        }
+        for i in (0..12).step_by(4) {
+            delete(api, &format!("burst-{i}")).await;
+        }
+    }
+    quiescent("bursts", &cluster, &mut pairs, &handlers).await;
+
+    // 3. Out of the selector (the selected informer sees a delete), changed while out (it sees
+    //    nothing), and back in (an add).
+    for ns in [NS_A, NS_SCOPED] {
+        let api = &apis[ns];
+        for name in ["burst-1", "burst-7", "init-1"] {
+            set_sel(api, name, "out").await;
+        }
+        set_value(api, "burst-1", "while-out").await;
+        for name in ["burst-3", "burst-9", "burst-1"] {
+            set_sel(api, name, "in").await;
+        }
+    }
+    quiescent("relabel", &cluster, &mut pairs, &handlers).await;
+
+    // 4. A handler added mid-stream: replayed the cache, then live calls.
+    for pair in &mut pairs {
+        for trace in pair.traces() {
+            trace.request("add-handler late 0", "added").await;
+        }
+    }
+    handlers.push("late");
+    for ns in [NS_A, NS_B, NS_SCOPED] {
+        set_value(&apis[ns], "burst-2", "after-late").await;
+        create(&apis[ns], "after-late", "v0", "in").await;
+    }
+    quiescent("late handler", &cluster, &mut pairs, &handlers).await;
+
+    // 5. Watch cut while objects go, come back with a new uid, change and appear; etcd
+    //    compacted and the apiserver restarted so that the watch cache cannot replay: the
+    //    reconnecting watches get 410 and the relists must produce tombstones and updates.
+    for pair in &pairs {
+        pair.proxy.cut();
+    }
+    for ns in [NS_A, NS_SCOPED] {
+        let api = &apis[ns];
+        delete(api, "init-0").await;
+        delete(api, "init-2").await;
+        create(api, "init-2", "reborn", "in").await;
+        delete(api, "burst-2").await;
+        create(api, "burst-2", "reborn", "out").await;
+        delete(api, "burst-5").await;
+        set_value(api, "burst-10", "while-cut").await;
+        set_sel(api, "burst-11", "out").await;
+        set_sel(api, "burst-6", "in").await;
+        create(api, "while-cut", "v0", "in").await;
+    }
+    within("compact", cluster.compact())
+        .await
+        .expect("etcd compacts");
+    within("restart", cluster.restart_apiserver())
+        .await
+        .expect("apiserver restarts");
+    for pair in &pairs {
+        pair.proxy.restore();
+    }
+    quiescent("cut, compaction, restart", &cluster, &mut pairs, &handlers).await;
+
+    // 6. The apiserver killed mid-watch (the proxies stay up), then writes once it is back.
+    //    Whether a reconnecting watch resumes or gets 410 and relists depends on the
+    //    resourceVersion it resumes from, and the two programs relisted at different moments in
+    //    step 5, so their last bookmarks differ. A marker seen by every set-up gives both the
+    //    same version, and a write that no ConfigMap watch sees (a Secret) puts etcd past it:
+    //    the restarted watch cache starts there, and both watches get 410 and relist.
+    for ns in [NS_A, NS_B, NS_SCOPED] {
+        create(&apis[ns], "marker", "v0", "in").await;
+    }
+    quiescent("marker before restart", &cluster, &mut pairs, &handlers).await;
+    bump_etcd_revision(&cluster).await;
+    within("restart", cluster.restart_apiserver())
+        .await
+        .expect("apiserver restarts");
+    // A canary in every set-up shows that both watches are back (by a resumed watch or a
+    // relist, which look alike for a create); writes before that could reach one program by
+    // its relist (a delete as a tombstone) and the other by its watch.
+    for ns in [NS_A, NS_B, NS_SCOPED] {
+        create(&apis[ns], "canary", "v0", "in").await;
+    }
+    quiescent("apiserver restart", &cluster, &mut pairs, &handlers).await;
+    for ns in [NS_A, NS_B, NS_SCOPED] {
+        let api = &apis[ns];
+        set_value(api, "burst-3", "after-restart").await;
+        delete(api, "burst-9").await;
+        create(api, "after-restart", "v0", "in").await;
+    }
+    quiescent("writes after restart", &cluster, &mut pairs, &handlers).await;
+
+    // The comparison.
+    let resyncing = BTreeSet::from([RESYNCING]);
+    let mut differences = Vec::new();
+    let mut total = 0;
+    for pair in &mut pairs {
+        for trace in pair.traces() {
+            trace.quit().await;
+        }
+        let (go, rust) = (pair.go.calls(), pair.rust.calls());
+        let outcome = compare(
+            &go,
+            &rust,
+            &resyncing,
+            (&pair.go.name.clone(), &pair.rust.name.clone()),
+        );
+        eprintln!(
+            "conformance: {:?} {}: {} handler calls compared ({} and {} calls printed; resyncs \
+             taken out: {} client-go, {} kube-informer), {} differences",
+            flavour,
+            pair.watch.name,
+            outcome.compared,
+            go.len(),
+            rust.len(),
+            outcome.resyncs.0,
+            outcome.resyncs.1,
+            outcome.differences.len()
+        );
+        total += outcome.compared;
+        differences.extend(outcome.differences);
+    }
+    eprintln!("conformance: {flavour:?}: {total} handler calls compared in all");
+    assert!(
+        differences.is_empty(),
+        "kube-informer ({flavour:?}) differs from client-go in {} (handler, key) sequences:\n{}",
+        differences.len(),
+        differences.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
+async fn conformance_delta_fifo_matches_client_go_v0_35() {
+    run("conformance_delta_fifo", Flavour::DeltaFifo).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs kube-apiserver + etcd: run bash .ci/e2e.sh"]
+async fn conformance_in_order_matches_client_go_v0_37() {
+    run("conformance_in_order", Flavour::InOrder).await;
+}
