@@ -159,3 +159,6 @@ pub(crate) fn selector_matches(
         None => selector.matches(&Default::default()),
     }
 }
+
+#[cfg(all(test, feature = "compact"))]
+mod tests;
