@@ -136,6 +136,10 @@ impl<S> SlotMap<S> for Items<S> {
     fn slot(&self, key: &ObjectKey) -> Option<&S> {
         self.0.get(key).map(|i| &i.slot)
     }
+
+    fn slot_mut(&mut self, key: &ObjectKey) -> Option<&mut S> {
+        self.0.get_mut(key).map(|i| &mut i.slot)
+    }
 }
 
 struct Inner<K, S> {
@@ -290,13 +294,9 @@ impl<K, S: Storage<K>> Core<K, S> {
         Some(want_old.then(|| self.load(&key, &item.slot)).flatten())
     }
 
-    /// After a write: re-encode slots if the storage asks, and let it tidy up.
+    /// After a write: the storage's upkeep.
     fn after_write(&self, inner: &mut Inner<K, S::Slot>) {
-        if self.storage.wants_recode() {
-            self.storage
-                .recode_all(&mut inner.items.0.iter_mut().map(|(k, i)| (k, &mut i.slot)));
-        }
-        self.storage.tidy(&inner.items);
+        self.storage.maintain(&mut inner.items);
     }
 }
 

@@ -142,7 +142,14 @@ fn main() {
         );
         for enc in [Enc::Json, Enc::Cbor, Enc::MsgPack] {
             let samples: Vec<Vec<u8>> = pods[..train].iter().map(|p| enc.encode(p)).collect();
+            let start = Instant::now();
             let dict = zstd::dict::from_samples(&samples, 64 * 1024).unwrap();
+            println!(
+                "{:<8} dictionary of 64 KiB trained from {train} samples ({} KB) in {} ms",
+                format!("{enc:?}"),
+                samples.iter().map(Vec::len).sum::<usize>() / 1000,
+                start.elapsed().as_millis()
+            );
             for comp in [Comp::None, Comp::Lz4, Comp::Zstd, Comp::ZstdDict(dict)] {
                 let r = measure(enc, &comp, &pods, level);
                 println!(

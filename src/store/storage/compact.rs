@@ -3,15 +3,18 @@
 //!
 //! - **Encoding and compression**, chosen by measurement (BENCHMARKS.md "Compact cache codec"):
 //!   JSON (what the server sent, after the transform) compressed by zstd with a dictionary
-//!   trained per cache on the first [`CompactConfig::dictionary_samples`] objects it stores.
-//!   Until then objects are compressed without a dictionary; when the dictionary is trained,
-//!   those first objects are re-compressed with it (bytes to bytes, nothing is decoded).
+//!   trained per cache on the first [`CompactConfig::dictionary_samples`] objects it stores
+//!   (the first list), on a thread of its own (training on 1,000 Pods takes 0.1–0.5 s, which must
+//!   not hold the store's lock). Until it is ready objects are compressed without a dictionary;
+//!   then those objects are re-compressed with it, 32 per write (bytes to bytes, nothing is
+//!   decoded).
 //! - **Retraining**: the store keeps the compression ratio of the last
 //!   `dictionary_samples` objects it compressed. When that window's ratio falls below the
 //!   ratio the dictionary reached on its own training samples divided by
 //!   [`CompactConfig::retrain_factor`] (objects changed shape: a rollout, a new version), the
 //!   next `dictionary_samples` objects stored are kept as samples and a new dictionary is
-//!   trained from them. New writes use the new dictionary; an object keeps the dictionary it
+//!   trained from them (windows are not counted while a training runs). If zstd cannot train a
+//!   first dictionary (too few or too uniform samples), the cache stays on plain zstd. New writes use the new dictionary; an object keeps the dictionary it
 //!   was compressed with (held by an `Arc`) until it is written again, so retraining never
 //!   re-compresses the whole cache under the lock.
 //! - **Sharing**: each slot keeps a `Weak` of the last decoded (or stored) object, so an object
@@ -234,6 +237,10 @@ impl<K> Ring<K> {
     }
 }
 
+/// A dictionary being trained on a thread of its own: training on 1,000 Pods takes a few hundred
+/// milliseconds, which must not hold the store's lock.
+type Training = std::sync::mpsc::Receiver<Option<(Codec, f64)>>;
+
 /// Training state: which codec new writes use, and the samples and ratios that decide when to
 /// train the next.
 struct Trainer {
@@ -242,12 +249,15 @@ struct Trainer {
     /// Raw encodings kept to train from (only while collecting).
     samples: Vec<Vec<u8>>,
     collecting: bool,
-    /// Raw and compressed bytes of the current window of compressions.
+    /// The dictionary being trained, if any.
+    training: Option<Training>,
+    /// Raw and compressed bytes, and count, of the current window of compressions.
     window: (u64, u64, usize),
     /// The current dictionary's ratio on its training samples; 0 without a dictionary.
     trained_ratio: f64,
-    /// Set when a first dictionary was trained: slots compressed without one get re-compressed.
-    recode_plain: bool,
+    /// Keys of the objects compressed before the first dictionary, to re-compress with it a few
+    /// per write once it is there.
+    plain_keys: Vec<ObjectKey>,
 }
 
 /// Compressed objects with shared decoded ones.
@@ -263,6 +273,29 @@ pub(crate) struct Compact<K> {
     stored_bytes: AtomicU64,
     encoded_bytes: AtomicU64,
     trainings: AtomicU64,
+}
+
+/// Objects compressed before the first dictionary that each write re-compresses with it.
+const RECODE_PER_WRITE: usize = 32;
+
+/// Trains a dictionary from `samples` and measures its ratio on them; `None` (logged) if zstd
+/// cannot train one (too few or too uniform samples): plain zstd, or the old dictionary, goes on.
+fn train_codec(samples: &[Vec<u8>], generation: u64, level: i32, size: usize) -> Option<(Codec, f64)> {
+    let trained = zstd::dict::from_samples(samples, size)
+        .and_then(|dict| Codec::new(generation, level, dict));
+    let codec = match trained {
+        Ok(codec) => codec,
+        Err(e) => {
+            tracing::debug!(error = %e, "compact cache: no dictionary trained");
+            return None;
+        }
+    };
+    let (mut raw, mut compressed) = (0u64, 0u64);
+    for s in samples {
+        raw += s.len() as u64;
+        compressed += codec.compress(s).map_or(s.len(), |b| b.len()) as u64;
+    }
+    Some((codec, raw as f64 / compressed.max(1) as f64))
 }
 
 /// Slots checked per sweep: more than one slot gets a `Weak` per write, so the queue cannot grow
@@ -291,9 +324,10 @@ impl<K> Compact<K> {
                 current: plain,
                 samples: Vec::new(),
                 collecting: config.dictionary_samples > 0,
+                training: None,
                 window: (0, 0, 0),
                 trained_ratio: 0.0,
-                recode_plain: false,
+                plain_keys: Vec::new(),
             }),
             config,
             ring,
@@ -334,21 +368,25 @@ impl<K> Compact<K> {
     }
 
     /// Compresses `raw` with the current codec, and decides on training.
-    fn compress(&self, raw: Vec<u8>) -> Result<(Vec<u8>, Arc<Codec>), String> {
-        let codec = self
-            .trainer
-            .lock()
-            .current
-            .clone()
-            .ok_or("no zstd context")?;
+    fn compress(&self, key: &ObjectKey, raw: Vec<u8>) -> Result<(Vec<u8>, Arc<Codec>), String> {
+        let codec = {
+            let mut t = self.trainer.lock();
+            self.install_trained(&mut t);
+            t.current.clone().ok_or("no zstd context")?
+        };
         let blob = codec.compress(&raw).map_err(|e| e.to_string())?;
         let mut t = self.trainer.lock();
+        // Only while a first dictionary is coming: a cache whose training failed stays plain.
+        if codec.generation == 0 && (t.collecting || t.training.is_some()) {
+            t.plain_keys.push(key.clone());
+        }
         if t.collecting {
-            t.samples.push(raw.clone());
+            t.samples.push(raw);
             if t.samples.len() >= self.config.dictionary_samples {
                 self.train(&mut t);
             }
         } else if t.trained_ratio > 0.0
+            && t.training.is_none()
             && t.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &codec))
         {
             t.window.0 += raw.len() as u64;
@@ -370,36 +408,109 @@ impl<K> Compact<K> {
         Ok((blob, codec))
     }
 
+    /// Starts training a dictionary from the collected samples.
     fn train(&self, t: &mut Trainer) {
         let samples = std::mem::take(&mut t.samples);
         t.collecting = false;
         t.window = (0, 0, 0);
         let generation = t.current.as_ref().map_or(0, |c| c.generation) + 1;
-        let trained = zstd::dict::from_samples(&samples, self.config.dictionary_size)
-            .and_then(|dict| Codec::new(generation, self.config.level, dict));
-        let codec = match trained {
-            Ok(codec) => codec,
-            Err(e) => {
-                // Too few or too uniform samples; plain zstd (or the old dictionary) goes on, and a
-                // later degradation may try again.
-                tracing::debug!(error = %e, "compact cache: no dictionary trained");
+        let (level, size) = (self.config.level, self.config.dictionary_size);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let job = move || {
+            // The receiver may be gone (the store was dropped): nothing to tell then.
+            let _ = tx.send(train_codec(&samples, generation, level, size));
+        };
+        match std::thread::Builder::new()
+            .name("compact-cache-dictionary".into())
+            .spawn(job)
+        {
+            Ok(_) => t.training = Some(rx),
+            Err(e) => tracing::debug!(error = %e, "compact cache: no thread to train a dictionary"),
+        }
+    }
+
+    /// Puts a trained dictionary in use once its training is done.
+    fn install_trained(&self, t: &mut Trainer) {
+        let Some(training) = &t.training else { return };
+        let (codec, ratio) = match training.try_recv() {
+            Err(std::sync::mpsc::TryRecvError::Empty) => return,
+            Ok(Some(done)) => done,
+            Ok(None) | Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                t.training = None;
+                if t.current.as_ref().is_some_and(|c| c.generation == 0) {
+                    t.plain_keys = Vec::new();
+                }
                 return;
             }
         };
-        let (mut raw, mut compressed) = (0u64, 0u64);
-        for s in &samples {
-            raw += s.len() as u64;
-            compressed += codec.compress(s).map_or(s.len(), |b| b.len()) as u64;
-        }
-        t.trained_ratio = raw as f64 / compressed.max(1) as f64;
-        t.recode_plain = generation == 1;
-        t.current = Some(Arc::new(codec));
-        self.trainings.fetch_add(1, Relaxed);
+        t.training = None;
+        t.trained_ratio = ratio;
         tracing::debug!(
-            generation,
-            ratio = t.trained_ratio,
+            generation = codec.generation,
+            ratio,
             "compact cache: dictionary trained"
         );
+        if codec.generation > 1 {
+            t.plain_keys = Vec::new();
+        }
+        t.current = Some(Arc::new(codec));
+        self.trainings.fetch_add(1, Relaxed);
+    }
+
+    /// Re-compresses up to [`RECODE_PER_WRITE`] of the objects compressed before the first
+    /// dictionary (bytes to bytes: nothing is decoded).
+    fn recode_some(&self, slots: &mut dyn SlotMap<CompactSlot<K>>) {
+        let (current, keys) = {
+            let mut t = self.trainer.lock();
+            self.install_trained(&mut t);
+            let Some(current) = t.current.clone().filter(|c| c.generation > 0) else {
+                return;
+            };
+            if t.plain_keys.is_empty() {
+                return;
+            }
+            let at = t.plain_keys.len().saturating_sub(RECODE_PER_WRITE);
+            let keys = t.plain_keys.split_off(at);
+            if t.plain_keys.is_empty() {
+                t.plain_keys = Vec::new();
+            }
+            (current, keys)
+        };
+        for key in keys {
+            let Some(slot) = slots.slot_mut(&key) else {
+                continue;
+            };
+            let Body::Compressed {
+                blob,
+                raw_len,
+                codec,
+            } = &slot.body
+            else {
+                continue;
+            };
+            if codec.generation != 0 {
+                continue;
+            }
+            let recoded = codec
+                .decompress(blob, *raw_len as usize)
+                .and_then(|raw| current.compress(&raw));
+            match recoded {
+                Ok(new_blob) => {
+                    let raw_len = *raw_len;
+                    self.count_out(slot);
+                    slot.body = Body::Compressed {
+                        blob: new_blob.into_boxed_slice(),
+                        raw_len,
+                        codec: Arc::clone(&current),
+                    };
+                    self.count_in(slot);
+                }
+                // Kept as it was: still readable with the plain codec it holds.
+                Err(e) => {
+                    tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed")
+                }
+            }
+        }
     }
 
     fn count_in(&self, slot: &CompactSlot<K>) {
@@ -464,7 +575,7 @@ where
             .map_err(|e| redacted(&e))
             .and_then(|raw| {
                 let raw_len = u32::try_from(raw.len()).map_err(|_| "larger than 4 GiB".to_owned())?;
-                let (blob, codec) = self.compress(raw)?;
+                let (blob, codec) = self.compress(key, raw)?;
                 Ok(Body::Compressed {
                     blob: blob.into_boxed_slice(),
                     raw_len,
@@ -532,48 +643,9 @@ where
         self.count_out(slot);
     }
 
-    fn wants_recode(&self) -> bool {
-        self.trainer.lock().recode_plain
-    }
-
-    fn recode_all(&self, slots: &mut dyn Iterator<Item = (&ObjectKey, &mut CompactSlot<K>)>) {
-        let current = {
-            let mut t = self.trainer.lock();
-            t.recode_plain = false;
-            match &t.current {
-                Some(c) => Arc::clone(c),
-                None => return,
-            }
-        };
-        for (key, slot) in slots {
-            let Body::Compressed {
-                blob,
-                raw_len,
-                codec,
-            } = &slot.body
-            else {
-                continue;
-            };
-            if codec.generation != 0 {
-                continue;
-            }
-            let recoded = codec
-                .decompress(blob, *raw_len as usize)
-                .and_then(|raw| current.compress(&raw));
-            match recoded {
-                Ok(new_blob) => {
-                    self.count_out(slot);
-                    slot.body = Body::Compressed {
-                        blob: new_blob.into_boxed_slice(),
-                        raw_len: *raw_len,
-                        codec: Arc::clone(&current),
-                    };
-                    self.count_in(slot);
-                }
-                // Kept as it was: still readable with the plain codec it holds.
-                Err(e) => tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed"),
-            }
-        }
+    fn maintain(&self, slots: &mut dyn SlotMap<CompactSlot<K>>) {
+        self.recode_some(slots);
+        self.tidy(&*slots);
     }
 
     fn tidy(&self, slots: &dyn SlotMap<CompactSlot<K>>) {

@@ -117,17 +117,14 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     /// A slot left the store (replaced or removed), for the storage's byte counts.
     fn drop_slot(&self, _slot: &Self::Slot) {}
 
-    /// Whether [`recode_all`](Self::recode_all) has work to do (a first compression dictionary
-    /// was just trained). Asked after each write.
-    fn wants_recode(&self) -> bool {
-        false
+    /// Called after each write, under the store's write lock: a chance to re-encode a few slots
+    /// (after a new compression dictionary) and to release what dead objects still pin.
+    fn maintain(&self, slots: &mut dyn SlotMap<Self::Slot>) {
+        self.tidy(slots);
     }
 
-    /// Re-encodes the slots that need it, under the store's write lock.
-    fn recode_all(&self, _slots: &mut dyn Iterator<Item = (&ObjectKey, &mut Self::Slot)>) {}
-
-    /// Called after each write and each read that decoded: a chance to release what dead
-    /// objects still pin, a few slots at a time.
+    /// Called after each read that may have decoded, under the store's read lock: releases what
+    /// dead objects still pin, a few slots at a time.
     fn tidy(&self, _slots: &dyn SlotMap<Self::Slot>) {}
 
     /// The storage's counters (without the object count, which the store adds).
@@ -143,6 +140,9 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
 pub(crate) trait SlotMap<S> {
     /// The slot under `key`.
     fn slot(&self, key: &ObjectKey) -> Option<&S>;
+
+    /// The slot under `key`, to change it.
+    fn slot_mut(&mut self, key: &ObjectKey) -> Option<&mut S>;
 }
 
 /// Whether `labels` (absent: none) match `selector`.

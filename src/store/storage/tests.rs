@@ -349,6 +349,22 @@ fn shaped(shape: u8, i: usize) -> Arc<ConfigMap> {
     cm("ns", &format!("s{shape}-{i}"), i as u64, &[], &[("config", body.repeat(3))])
 }
 
+/// Stores `again` until the cache has trained `n` dictionaries: training runs on a thread of its
+/// own, and a trained dictionary is put in use by the next write.
+fn wait_for_trainings(store: &Indexer<ConfigMap>, n: u64, again: &Arc<ConfigMap>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.stats().dictionary_trainings < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dictionary {n} never trained (likely deadlocked): {:?}",
+            store.stats()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        store.add(own(again)).unwrap();
+    }
+    assert_eq!(store.stats().dictionary_trainings, n);
+}
+
 #[test]
 fn a_dictionary_is_trained_from_the_first_objects_and_recompresses_them() {
     let store = compact(CompactConfig::default().dictionary_samples(100).dictionary_size(8192));
@@ -357,9 +373,12 @@ fn a_dictionary_is_trained_from_the_first_objects_and_recompresses_them() {
     }
     let plain = store.stats();
     assert_eq!(plain.dictionary_trainings, 0);
-    store.add(shaped(0, 99)).unwrap();
+    wait_for_trainings(&store, 1, &shaped(0, 99));
+    // Each write re-compresses 32 of the objects compressed before the dictionary.
+    for _ in 0..4 {
+        store.add(shaped(0, 99)).unwrap();
+    }
     let trained = store.stats();
-    assert_eq!(trained.dictionary_trainings, 1);
     // The first 99 were re-compressed with the dictionary: the cache shrank.
     assert!(
         trained.stored_bytes < plain.stored_bytes,
@@ -385,7 +404,7 @@ fn the_dictionary_is_retrained_when_the_ratio_degrades() {
     for i in 0..samples {
         store.add(shaped(0, i)).unwrap();
     }
-    assert_eq!(store.stats().dictionary_trainings, 1);
+    wait_for_trainings(&store, 1, &shaped(0, 0));
     // More of the same shape: the ratio holds, no retraining.
     for i in samples..3 * samples {
         store.add(shaped(0, i)).unwrap();
@@ -395,7 +414,7 @@ fn the_dictionary_is_retrained_when_the_ratio_degrades() {
     for i in 0..2 * samples {
         store.add(shaped(1, i)).unwrap();
     }
-    assert_eq!(store.stats().dictionary_trainings, 2);
+    wait_for_trainings(&store, 2, &shaped(1, 0));
     // Objects of both shapes, under both dictionaries, read back as stored.
     for (shape, i) in [(0, 0), (0, 250), (1, 0), (1, 199)] {
         let o = shaped(shape, i);
