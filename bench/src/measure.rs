@@ -125,6 +125,9 @@ pub struct ClientArgs {
     /// The informer's FIFO (`--fifo delta|in-order`, default `delta`); only `client-informer`
     /// reads it.
     pub fifo: kube_informer::FifoMode,
+    /// The informer's cache (`--cache decoded|compact`, default `decoded`); only
+    /// `client-informer` reads it.
+    pub cache: kube_informer::CacheStorage,
 }
 
 impl ClientArgs {
@@ -144,6 +147,13 @@ impl ClientArgs {
                 "delta" => kube_informer::FifoMode::DeltaFifo,
                 "in-order" => kube_informer::FifoMode::InOrder,
                 other => panic!("--fifo {other}: expected delta or in-order"),
+            },
+            cache: match get("cache", "decoded").as_str() {
+                "decoded" => kube_informer::CacheStorage::Decoded,
+                "compact" => {
+                    kube_informer::CacheStorage::Compact(kube_informer::CompactConfig::default())
+                }
+                other => panic!("--cache {other}: expected decoded or compact"),
             },
         }
     }

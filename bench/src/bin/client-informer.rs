@@ -1,5 +1,6 @@
 //! Benchmark client: this crate's `SharedIndexInformer<Pod>` with no-op counting handlers, in
-//! either FIFO mode (`--fifo delta|in-order`).
+//! either FIFO mode (`--fifo delta|in-order`) and either cache storage
+//! (`--cache decoded|compact`; the compact cache's decode count is reported as `decodes`).
 //! See `kube_informer_bench::measure::ClientArgs` for the options and `bench-runner` for the
 //! scenarios.
 
@@ -28,7 +29,12 @@ async fn main() {
         None => kube_client(&args.addr),
     };
     let lw = ApiListerWatcher::new(Api::<Pod>::all(client));
-    let informer = SharedIndexInformer::new(lw, InformerConfig::default().fifo_mode(args.fifo));
+    let informer = SharedIndexInformer::new(
+        lw,
+        InformerConfig::default()
+            .fifo_mode(args.fifo)
+            .cache_storage(args.cache.clone()),
+    );
     if args.strip {
         informer
             .set_transform(kube_informer::strip_managed_fields_transform())
@@ -104,6 +110,8 @@ async fn main() {
         }
         _ => {}
     }
+    meter.put("decodes", informer.indexer().stats().decodes);
+    meter.put("final_kb", Meter::status_kb("VmRSS"));
     meter.finish();
     std::process::exit(0);
 }

@@ -19,7 +19,8 @@
 //!   re-compresses the whole cache under the lock.
 //! - **Sharing**: each slot keeps a `Weak` of the last decoded (or stored) object, so an object
 //!   still held by the FIFO, a handler or a reader comes back without decoding; a ring of the
-//!   last [`CompactConfig::hot_objects`] objects stored or read keeps hot objects alive. A dead
+//!   last [`CompactConfig::hot_objects`] objects stored, read while held, or decoded twice in a
+//!   short while keeps hot objects alive (a scan of cold objects does not push them out). A dead
 //!   `Weak` still pins its allocation (`size_of::<K>()` bytes, 1–3 KB for wide k8s-openapi
 //!   types), so slots whose object is gone are swept a few at a time after each write and each
 //!   decoding read.
@@ -52,7 +53,9 @@ use crate::store::ObjectKey;
 pub struct CompactConfig {
     /// How many recently stored or read objects are kept decoded (strong `Arc`s in a ring),
     /// so that a controller reading the object it was just told about does not decode it.
-    /// Default 1024; 0 keeps none (objects are still shared while someone else holds them).
+    /// Each costs its decoded size (a podgen Pod: 54 KB), so the default, 256, is 14 MB of Pods,
+    /// and 1024 measured 1.1 KB per Pod on 50,000 (BENCHMARKS.md S6). 0 keeps none (objects are
+    /// still shared while someone else holds them).
     pub hot_objects: usize,
     /// zstd compression level. Default 3 (zstd's own default).
     pub level: i32,
@@ -69,7 +72,7 @@ pub struct CompactConfig {
 impl Default for CompactConfig {
     fn default() -> Self {
         Self {
-            hot_objects: 1024,
+            hot_objects: 256,
             level: 3,
             dictionary_samples: 1000,
             dictionary_size: 64 * 1024,
@@ -182,6 +185,9 @@ struct Shared<K> {
     ring_stamp: u64,
     /// Whether the key is in the sweep queue.
     queued: bool,
+    /// When the object was last decoded (a count of decodes), to tell a hot object from a cold
+    /// one read once.
+    decoded_at: u64,
 }
 
 /// One stored object.
@@ -358,9 +364,11 @@ impl<K> Compact<K> {
         drop(pushed_out);
     }
 
-    fn share(&self, key: &ObjectKey, shared: &mut Shared<K>, obj: &Arc<K>) {
+    fn share(&self, key: &ObjectKey, shared: &mut Shared<K>, obj: &Arc<K>, hot: bool) {
         shared.weak = Arc::downgrade(obj);
-        self.keep_hot(shared, obj);
+        if hot {
+            self.keep_hot(shared, obj);
+        }
         if !shared.queued {
             shared.queued = true;
             self.sweep.lock().push_back(key.clone());
@@ -593,9 +601,11 @@ where
                 weak: Weak::new(),
                 ring_stamp: u64::MAX,
                 queued: false,
+                decoded_at: u64::MAX,
             }),
         };
-        self.share(key, &mut slot.shared.lock(), obj);
+        // Just written: what a controller reads next, once its handler has queued the key.
+        self.share(key, &mut slot.shared.lock(), obj, true);
         self.count_in(&slot);
         slot
     }
@@ -609,7 +619,14 @@ where
         }
         match self.decode(key, &slot.body) {
             Ok(obj) => {
-                self.share(key, &mut shared, &obj);
+                // Admission: an object enters the hot ring when decoded a second time within
+                // about as many decodes as the ring holds, so a scan of cold objects (a list)
+                // neither evicts the hot ones nor pays for dropping them.
+                let now = self.decodes.load(Relaxed);
+                let hot = shared.decoded_at != u64::MAX
+                    && now - shared.decoded_at <= self.config.hot_objects as u64;
+                shared.decoded_at = now;
+                self.share(key, &mut shared, &obj, hot);
                 Ok(obj)
             }
             Err(e) => {

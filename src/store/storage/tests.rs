@@ -329,6 +329,31 @@ fn hot_objects_stay_decoded_for_later_reads() {
     assert_eq!(store.stats().decodes, 1);
 }
 
+#[test]
+fn a_scan_of_cold_objects_does_not_push_hot_ones_out() {
+    let store = compact(CompactConfig::default().hot_objects(4));
+    for i in 0..100 {
+        store.add(cm("cold", &format!("o{i}"), i, &[], &[])).unwrap();
+    }
+    // Stored last: the ring holds these four.
+    for i in 0..4 {
+        store.add(cm("hot", &format!("h{i}"), i, &[], &[])).unwrap();
+    }
+    assert_eq!(store.by_index(NAMESPACE_INDEX, "cold").unwrap().len(), 100);
+    assert_eq!(store.stats().decodes, 100);
+    for i in 0..4 {
+        store.get_by_key(&format!("hot/h{i}")).unwrap();
+    }
+    assert_eq!(store.stats().decodes, 100, "a hot object was pushed out");
+    // A cold object decoded twice within the ring's size of decodes is admitted: the third read
+    // does not decode.
+    store.get_by_key("cold/o7").unwrap();
+    store.get_by_key("cold/o7").unwrap();
+    assert_eq!(store.stats().decodes, 102);
+    store.get_by_key("cold/o7").unwrap();
+    assert_eq!(store.stats().decodes, 102);
+}
+
 /// A ConfigMap whose data follows one of two shapes, so a dictionary trained on one compresses
 /// the other badly.
 fn shaped(shape: u8, i: usize) -> Arc<ConfigMap> {
