@@ -23,9 +23,9 @@ use crate::{
         FifoMode, InformerConfig, InformerId, InformerMetricsProvider, SharedIndexInformer,
     },
     lister::Lister,
-    store::CacheStorage,
     reflector::{ApiListerWatcher, ReflectorConfig},
     selector::SelectorArg,
+    store::CacheStorage,
     transform::{MetaTransformFn, meta_transform},
 };
 

@@ -337,7 +337,6 @@ where
             }),
         }
     }
-
 }
 
 impl<K> SharedIndexInformer<K>

@@ -92,8 +92,11 @@ trait Backend<K>: Send + Sync {
     fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>);
     fn put(&self, key: ObjectKey, obj: Arc<K>, want_old: bool) -> Option<Arc<K>>;
     fn take(&self, key: &ObjectKey, want_old: bool) -> Option<Arc<K>>;
-    fn transaction(&self, ops: Vec<StoreOp<K>>, resource_version: Option<&str>)
-    -> Vec<Option<Arc<K>>>;
+    fn transaction(
+        &self,
+        ops: Vec<StoreOp<K>>,
+        resource_version: Option<&str>,
+    ) -> Vec<Option<Arc<K>>>;
     fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError>;
     fn by_index(
         &self,
@@ -920,7 +923,9 @@ where
         match storage {
             CacheStorage::Decoded => Self::new(),
             #[cfg(feature = "compact")]
-            CacheStorage::Compact(config) => Self::over(super::storage::compact::Compact::new(config)),
+            CacheStorage::Compact(config) => {
+                Self::over(super::storage::compact::Compact::new(config))
+            }
         }
     }
 }

@@ -127,7 +127,10 @@ fn main() {
             .map(|i| {
                 let mut v = pod_json(7, i, &(1000 + i).to_string());
                 if !managed {
-                    v["metadata"].as_object_mut().unwrap().remove("managedFields");
+                    v["metadata"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("managedFields");
                 }
                 serde_json::from_value(v).unwrap()
             })

@@ -95,7 +95,10 @@ fn run(mode: &str, storage: CacheStorage, pods: usize, samples: usize, managed: 
         // Decoded from JSON, as the informer does, and handed over: the store holds the only Arc.
         let mut v = pod_json(7, i, &(1000 + i).to_string());
         if !managed {
-            v["metadata"].as_object_mut().unwrap().remove("managedFields");
+            v["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("managedFields");
         }
         let bytes = serde_json::to_vec(&v).unwrap();
         drop(v);
@@ -173,7 +176,11 @@ fn run(mode: &str, storage: CacheStorage, pods: usize, samples: usize, managed: 
     let reps = 10;
     let ns_list: Vec<Duration> = (0..reps)
         .map(|r| {
-            let ns = format!("{}-{}", ["commerce", "platform", "growth", "data", "identity"][r % 5], r % 20);
+            let ns = format!(
+                "{}-{}",
+                ["commerce", "platform", "growth", "data", "identity"][r % 5],
+                r % 20
+            );
             let t = Instant::now();
             let n = lister.namespaced(&ns).list(&everything).len();
             let e = t.elapsed();
@@ -185,7 +192,10 @@ fn run(mode: &str, storage: CacheStorage, pods: usize, samples: usize, managed: 
     let by_index: Vec<Duration> = (0..reps)
         .map(|r| {
             let t = Instant::now();
-            let n = store.by_index("bucket", &(r % (pods / 1000)).to_string()).unwrap().len();
+            let n = store
+                .by_index("bucket", &(r % (pods / 1000)).to_string())
+                .unwrap()
+                .len();
             let e = t.elapsed();
             assert_eq!(n, 1000);
             e

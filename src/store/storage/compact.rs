@@ -286,7 +286,12 @@ const RECODE_PER_WRITE: usize = 32;
 
 /// Trains a dictionary from `samples` and measures its ratio on them; `None` (logged) if zstd
 /// cannot train one (too few or too uniform samples): plain zstd, or the old dictionary, goes on.
-fn train_codec(samples: &[Vec<u8>], generation: u64, level: i32, size: usize) -> Option<(Codec, f64)> {
+fn train_codec(
+    samples: &[Vec<u8>],
+    generation: u64,
+    level: i32,
+    size: usize,
+) -> Option<(Codec, f64)> {
     let trained = zstd::dict::from_samples(samples, size)
         .and_then(|dict| Codec::new(generation, level, dict));
     let codec = match trained {
@@ -557,12 +562,13 @@ where
             } => (blob, *raw_len, codec),
             Body::Pinned(obj) => return Ok(Arc::clone(obj)),
         };
-        let raw = codec
-            .decompress(blob, raw_len as usize)
-            .map_err(|e| StorageError::Decompress {
-                key: key.clone(),
-                reason: e.to_string(),
-            })?;
+        let raw =
+            codec
+                .decompress(blob, raw_len as usize)
+                .map_err(|e| StorageError::Decompress {
+                    key: key.clone(),
+                    reason: e.to_string(),
+                })?;
         let obj = serde_json::from_slice::<K>(&raw).map_err(|e| StorageError::Decode {
             key: key.clone(),
             reason: redacted(&e),
@@ -582,7 +588,8 @@ where
         let encoded = serde_json::to_vec(&**obj)
             .map_err(|e| redacted(&e))
             .and_then(|raw| {
-                let raw_len = u32::try_from(raw.len()).map_err(|_| "larger than 4 GiB".to_owned())?;
+                let raw_len =
+                    u32::try_from(raw.len()).map_err(|_| "larger than 4 GiB".to_owned())?;
                 let (blob, codec) = self.compress(key, raw)?;
                 Ok(Body::Compressed {
                     blob: blob.into_boxed_slice(),

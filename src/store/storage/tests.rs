@@ -7,9 +7,17 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 
 use super::{CacheStorage, CompactConfig, StorageError};
-use crate::{Indexer, IndexFn, Indexers, NAMESPACE_INDEX, ObjectKey, StoreOp, parse_label_selector};
+use crate::{
+    IndexFn, Indexer, Indexers, NAMESPACE_INDEX, ObjectKey, StoreOp, parse_label_selector,
+};
 
-fn cm(ns: &str, name: &str, rv: u64, labels: &[(&str, &str)], data: &[(&str, String)]) -> Arc<ConfigMap> {
+fn cm(
+    ns: &str,
+    name: &str,
+    rv: u64,
+    labels: &[(&str, &str)],
+    data: &[(&str, String)],
+) -> Arc<ConfigMap> {
     Arc::new(ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -101,7 +109,11 @@ fn assert_same(decoded: &Indexer<ConfigMap>, compact: &Indexer<ConfigMap>, step:
         sorted_keys(compact.list_keys()),
         "list_keys at step {step}"
     );
-    assert_eq!(by_key(decoded.list()), by_key(compact.list()), "list at step {step}");
+    assert_eq!(
+        by_key(decoded.list()),
+        by_key(compact.list()),
+        "list at step {step}"
+    );
     for key in decoded.list_keys() {
         let d = decoded.get_by_key(key.as_str()).map(|o| (*o).clone());
         let c = compact.get_by_key(key.as_str()).map(|o| (*o).clone());
@@ -145,8 +157,16 @@ fn assert_same(decoded: &Indexer<ConfigMap>, compact: &Indexer<ConfigMap>, step:
             "list_selected {selector:?} at step {step}"
         );
         assert_eq!(
-            by_key(decoded.by_index_selected(NAMESPACE_INDEX, "a", &selector).unwrap()),
-            by_key(compact.by_index_selected(NAMESPACE_INDEX, "a", &selector).unwrap()),
+            by_key(
+                decoded
+                    .by_index_selected(NAMESPACE_INDEX, "a", &selector)
+                    .unwrap()
+            ),
+            by_key(
+                compact
+                    .by_index_selected(NAMESPACE_INDEX, "a", &selector)
+                    .unwrap()
+            ),
             "by_index_selected {selector:?} at step {step}"
         );
     }
@@ -182,21 +202,30 @@ fn model_run(seed: u64) {
                 let o = g.object();
                 let d = decoded.insert(crate::key_of(&o).unwrap(), Arc::clone(&o));
                 let c = compact.insert(crate::key_of(&o).unwrap(), own(&o));
-                assert_eq!(d.map(|o| (*o).clone()), c.map(|o| (*o).clone()), "insert at {step}");
+                assert_eq!(
+                    d.map(|o| (*o).clone()),
+                    c.map(|o| (*o).clone()),
+                    "insert at {step}"
+                );
             }
             60..=74 => {
                 let o = g.object();
                 let key = crate::key_of(&o).unwrap();
                 let d = decoded.remove(&key);
                 let c = compact.remove(&key);
-                assert_eq!(d.map(|o| (*o).clone()), c.map(|o| (*o).clone()), "remove at {step}");
+                assert_eq!(
+                    d.map(|o| (*o).clone()),
+                    c.map(|o| (*o).clone()),
+                    "remove at {step}"
+                );
                 let o = g.object();
                 decoded.delete(&o).unwrap();
                 compact.delete(&o).unwrap();
             }
             75..=84 => {
-                let ops: Vec<(bool, Arc<ConfigMap>)> =
-                    (0..g.rng.usize(1..6)).map(|_| (g.rng.bool(), g.object())).collect();
+                let ops: Vec<(bool, Arc<ConfigMap>)> = (0..g.rng.usize(1..6))
+                    .map(|_| (g.rng.bool(), g.object()))
+                    .collect();
                 let to_ops = |ops: &[(bool, Arc<ConfigMap>)]| {
                     ops.iter()
                         .map(|(put, o)| {
@@ -225,12 +254,15 @@ fn model_run(seed: u64) {
                 );
                 let c = compact.transaction(to_ops(&ops), Some(&rv));
                 let deep = |v: Vec<Option<Arc<ConfigMap>>>| {
-                    v.into_iter().map(|o| o.map(|o| (*o).clone())).collect::<Vec<_>>()
+                    v.into_iter()
+                        .map(|o| o.map(|o| (*o).clone()))
+                        .collect::<Vec<_>>()
                 };
                 assert_eq!(deep(d), deep(c), "transaction at {step}");
             }
             85..=91 => {
-                let objs: Vec<Arc<ConfigMap>> = (0..g.rng.usize(..60)).map(|_| g.object()).collect();
+                let objs: Vec<Arc<ConfigMap>> =
+                    (0..g.rng.usize(..60)).map(|_| g.object()).collect();
                 compact.replace(objs.iter().map(own).collect()).unwrap();
                 decoded.replace(objs).unwrap();
             }
@@ -244,9 +276,17 @@ fn model_run(seed: u64) {
                 }
             }
             _ => {
-                let name = if decoded.indexers().len() == 1 { "data-key" } else { "tier" };
+                let name = if decoded.indexers().len() == 1 {
+                    "data-key"
+                } else {
+                    "tier"
+                };
                 if !decoded.indexers().iter().any(|n| n == name) {
-                    let func = if name == "data-key" { data_key_index() } else { tier_index() };
+                    let func = if name == "data-key" {
+                        data_key_index()
+                    } else {
+                        tier_index()
+                    };
                     decoded
                         .add_indexers(Indexers::from([(name.to_owned(), Arc::clone(&func))]))
                         .unwrap();
@@ -294,7 +334,10 @@ fn a_held_object_comes_back_without_decoding() {
     // Held by the caller: the same Arc, nothing decoded.
     assert!(Arc::ptr_eq(&store.get_by_key("ns/a").unwrap(), &a));
     assert!(Arc::ptr_eq(&store.list()[0], &a));
-    assert!(Arc::ptr_eq(&store.by_index(NAMESPACE_INDEX, "ns").unwrap()[0], &a));
+    assert!(Arc::ptr_eq(
+        &store.by_index(NAMESPACE_INDEX, "ns").unwrap()[0],
+        &a
+    ));
     assert_eq!(store.stats().decodes, 0);
     assert_eq!(store.stats().shared_hits, 3);
     drop(a);
@@ -305,7 +348,10 @@ fn a_held_object_comes_back_without_decoding() {
     assert!(Arc::ptr_eq(&first, &second));
     assert_eq!(store.stats().decodes, 1);
     // The old object of an update comes from the held one too.
-    let old = store.insert(ObjectKey::parse("ns/a").unwrap(), cm("ns", "a", 2, &[], &[]));
+    let old = store.insert(
+        ObjectKey::parse("ns/a").unwrap(),
+        cm("ns", "a", 2, &[], &[]),
+    );
     assert!(Arc::ptr_eq(&old.unwrap(), &first));
     assert_eq!(store.stats().decodes, 1);
     // Removing without wanting the object does not decode it.
@@ -333,7 +379,9 @@ fn hot_objects_stay_decoded_for_later_reads() {
 fn a_scan_of_cold_objects_does_not_push_hot_ones_out() {
     let store = compact(CompactConfig::default().hot_objects(4));
     for i in 0..100 {
-        store.add(cm("cold", &format!("o{i}"), i, &[], &[])).unwrap();
+        store
+            .add(cm("cold", &format!("o{i}"), i, &[], &[]))
+            .unwrap();
     }
     // Stored last: the ring holds these four.
     for i in 0..4 {
@@ -371,7 +419,13 @@ fn shaped(shape: u8, i: usize) -> Arc<ConfigMap> {
             (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
         ),
     };
-    cm("ns", &format!("s{shape}-{i}"), i as u64, &[], &[("config", body.repeat(3))])
+    cm(
+        "ns",
+        &format!("s{shape}-{i}"),
+        i as u64,
+        &[],
+        &[("config", body.repeat(3))],
+    )
 }
 
 /// Stores `again` until the cache has trained `n` dictionaries: training runs on a thread of its
@@ -392,7 +446,11 @@ fn wait_for_trainings(store: &Indexer<ConfigMap>, n: u64, again: &Arc<ConfigMap>
 
 #[test]
 fn a_dictionary_is_trained_from_the_first_objects_and_recompresses_them() {
-    let store = compact(CompactConfig::default().dictionary_samples(100).dictionary_size(8192));
+    let store = compact(
+        CompactConfig::default()
+            .dictionary_samples(100)
+            .dictionary_size(8192),
+    );
     for i in 0..99 {
         store.add(shaped(0, i)).unwrap();
     }
