@@ -44,8 +44,8 @@ pub enum CacheStorage {
     Compact(CompactConfig),
 }
 
-/// Counters of a cache's storage, for tests, benchmarks and metrics ([`Indexer::stats`]
-/// (super::Indexer::stats)). In [`CacheStorage::Decoded`] mode everything but the object count is
+/// Counters of a cache's storage, for tests, benchmarks and metrics
+/// ([`Indexer::stats`](super::Indexer::stats)). In [`CacheStorage::Decoded`] mode they are all
 /// zero: nothing is ever decoded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -137,6 +137,8 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
 }
 
 /// Slots by key, as the store holds them.
+// Only the compact storage looks slots up; the decoded one needs no upkeep.
+#[cfg_attr(not(feature = "compact"), allow(dead_code))]
 pub(crate) trait SlotMap<S> {
     /// The slot under `key`.
     fn slot(&self, key: &ObjectKey) -> Option<&S>;
