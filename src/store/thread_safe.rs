@@ -127,6 +127,16 @@ struct NamedIndex<K> {
     index: Index,
 }
 
+/// What a write replaced or removed, kept until the write lock is released.
+enum Previous<K, S> {
+    /// Nothing was there.
+    None,
+    /// The very object stored again (a resync): nothing was replaced.
+    Same(Arc<K>),
+    /// The slot taken out of the store, with its key.
+    Slot(ObjectKey, S),
+}
+
 /// One stored object: its slot and, per index (in `Inner::indices` order), its values.
 struct Item<S> {
     slot: S,
@@ -239,14 +249,13 @@ impl<K, S: Storage<K>> Core<K, S> {
     }
 
     /// Stores `obj` under `key` and maintains every index: one hash lookup for the item.
-    /// Returns the object it replaced when `want_old` (loading it only then).
+    /// Returns what it replaced, to be read (if wanted) once the write lock is released.
     fn put(
         &self,
         inner: &mut Inner<K, S::Slot>,
         key: ObjectKey,
         obj: Arc<K>,
-        want_old: bool,
-    ) -> Option<Arc<K>> {
+    ) -> Previous<K, S::Slot> {
         let values = match inner.items.0.get(&key) {
             // The same `Arc` again (a resync re-storing the cached object) cannot have moved.
             Some(item) if self.storage.holds(&item.slot, &obj) => None,
@@ -254,22 +263,20 @@ impl<K, S: Storage<K>> Core<K, S> {
         };
         match inner.items.0.entry(key) {
             Entry::Occupied(mut entry) => {
-                let old = want_old
-                    .then(|| self.load(entry.key(), &entry.get().slot))
-                    .flatten();
-                if let Some(values) = values {
-                    let slot = self.storage.store(entry.key(), &obj);
-                    let key = entry.key().clone();
-                    let item = entry.get_mut();
-                    for ((idx, old_values), new_values) in
-                        inner.indices.iter_mut().zip(&item.values).zip(&values)
-                    {
-                        idx.index.update(&key, old_values, new_values);
-                    }
-                    self.storage.drop_slot(&item.slot);
-                    *item = Item { slot, values };
+                let Some(values) = values else {
+                    return Previous::Same(obj);
+                };
+                let slot = self.storage.store(entry.key(), &obj);
+                let key = entry.key().clone();
+                let item = entry.get_mut();
+                for ((idx, old_values), new_values) in
+                    inner.indices.iter_mut().zip(&item.values).zip(&values)
+                {
+                    idx.index.update(&key, old_values, new_values);
                 }
-                old
+                let old = std::mem::replace(item, Item { slot, values });
+                self.storage.drop_slot(&old.slot);
+                Previous::Slot(key, old.slot)
             }
             Entry::Vacant(entry) => {
                 let values = values.unwrap_or_default();
@@ -278,23 +285,34 @@ impl<K, S: Storage<K>> Core<K, S> {
                 }
                 let slot = self.storage.store(entry.key(), &obj);
                 entry.insert(Item { slot, values });
-                None
+                Previous::None
             }
         }
     }
 
-    fn take(
-        &self,
-        inner: &mut Inner<K, S::Slot>,
-        key: &ObjectKey,
-        want_old: bool,
-    ) -> Option<Option<Arc<K>>> {
-        let (key, item) = inner.items.0.remove_entry(key)?;
+    fn take(&self, inner: &mut Inner<K, S::Slot>, key: &ObjectKey) -> Previous<K, S::Slot> {
+        let Some((key, item)) = inner.items.0.remove_entry(key) else {
+            return Previous::None;
+        };
         for (idx, values) in inner.indices.iter_mut().zip(&item.values) {
             idx.index.remove(&key, values);
         }
         self.storage.drop_slot(&item.slot);
-        Some(want_old.then(|| self.load(&key, &item.slot)).flatten())
+        Previous::Slot(key, item.slot)
+    }
+
+    /// The object a write replaced, read outside the store's lock: a compact store may have to
+    /// decode it, and readers need not wait for that.
+    fn previous(&self, previous: Previous<K, S::Slot>) -> Option<Arc<K>> {
+        match previous {
+            Previous::None => None,
+            Previous::Same(obj) => Some(obj),
+            Previous::Slot(key, slot) => self
+                .storage
+                .load_detached(&key, &slot)
+                .map_err(|e| report(&e))
+                .ok(),
+        }
     }
 
     /// After a write: the storage's upkeep.
@@ -350,7 +368,7 @@ where
         // Filled in list order, as `add` would: walking a built map in hash order instead
         // touches every object at random and measured four times slower at 100k objects.
         for (key, obj) in objs {
-            self.put(&mut fresh, key, obj, false);
+            Core::put(self, &mut fresh, key, obj);
         }
         let mut inner = self.inner.write();
         // Indexers are only ever appended, so any added meanwhile are the ones past ours.
@@ -378,16 +396,19 @@ where
 
     fn put(&self, key: ObjectKey, obj: Arc<K>, want_old: bool) -> Option<Arc<K>> {
         let mut inner = self.inner.write();
-        let old = Core::put(self, &mut inner, key, obj, want_old);
+        let old = Core::put(self, &mut inner, key, obj);
         self.after_write(&mut inner);
-        old
+        drop(inner);
+        // Unwanted, the old object is still dropped here, outside the lock.
+        want_old.then(|| self.previous(old)).flatten()
     }
 
     fn take(&self, key: &ObjectKey, want_old: bool) -> Option<Arc<K>> {
         let mut inner = self.inner.write();
-        let old = Core::take(self, &mut inner, key, want_old).flatten();
+        let old = Core::take(self, &mut inner, key);
         self.after_write(&mut inner);
-        old
+        drop(inner);
+        want_old.then(|| self.previous(old)).flatten()
     }
 
     fn transaction(
@@ -396,18 +417,19 @@ where
         resource_version: Option<&str>,
     ) -> Vec<Option<Arc<K>>> {
         let mut inner = self.inner.write();
-        let previous = ops
+        let previous: Vec<_> = ops
             .into_iter()
             .map(|op| match op {
-                StoreOp::Put(key, obj) => Core::put(self, &mut inner, key, obj, true),
-                StoreOp::Remove(key) => Core::take(self, &mut inner, &key, true).flatten(),
+                StoreOp::Put(key, obj) => Core::put(self, &mut inner, key, obj),
+                StoreOp::Remove(key) => Core::take(self, &mut inner, &key),
             })
             .collect();
         if let Some(rv) = resource_version.filter(|rv| !rv.is_empty()) {
             inner.set_resource_version(rv);
         }
         self.after_write(&mut inner);
-        previous
+        drop(inner);
+        previous.into_iter().map(|p| self.previous(p)).collect()
     }
 
     fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {

@@ -643,6 +643,20 @@ where
         }
     }
 
+    fn load_detached(
+        &self,
+        key: &ObjectKey,
+        slot: &CompactSlot<K>,
+    ) -> Result<Arc<K>, StorageError> {
+        if let Some(obj) = slot.shared.lock().weak.upgrade() {
+            self.shared_hits.fetch_add(1, Relaxed);
+            return Ok(obj);
+        }
+        self.decode(key, &slot.body).inspect_err(|_| {
+            self.decode_errors.fetch_add(1, Relaxed);
+        })
+    }
+
     fn holds(&self, slot: &CompactSlot<K>, obj: &Arc<K>) -> bool {
         std::ptr::eq(slot.shared.lock().weak.as_ptr(), Arc::as_ptr(obj))
     }

@@ -92,8 +92,9 @@ pub enum StorageError {
 
 /// The form one object takes in a store, chosen per store. Implementations keep whatever
 /// object-wide state they need (a codec, a cache of decoded objects) in `self`; the store calls
-/// [`store`](Self::store) and [`drop_slot`](Self::drop_slot) under its write lock and
-/// [`load`](Self::load) under its read lock.
+/// [`store`](Self::store) and [`drop_slot`](Self::drop_slot) under its write lock,
+/// [`load`](Self::load) under its read lock, and [`load_detached`](Self::load_detached) with no
+/// lock held.
 pub(crate) trait Storage<K>: Send + Sync + 'static {
     /// What is kept per object.
     type Slot: Send + Sync;
@@ -103,6 +104,13 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
 
     /// The object in `slot`: the one someone holds, or decoded.
     fn load(&self, key: &ObjectKey, slot: &Self::Slot) -> Result<Arc<K>, StorageError>;
+
+    /// The object in a slot just taken out of the store (the old object of an update or a
+    /// removal), read outside the store's lock: like [`load`](Self::load), without keeping the
+    /// object for later reads.
+    fn load_detached(&self, key: &ObjectKey, slot: &Self::Slot) -> Result<Arc<K>, StorageError> {
+        self.load(key, slot)
+    }
 
     /// Whether `slot` holds this very `Arc` (a resync storing the cached object again), so the
     /// store can skip recomputing its index values.
