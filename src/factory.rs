@@ -16,7 +16,7 @@ use kube::{
     discovery::Scope,
 };
 use parking_lot::Mutex;
-use serde::de::DeserializeOwned;
+use serde::{Serialize, de::DeserializeOwned};
 use tracing::Instrument;
 
 use crate::{
@@ -26,6 +26,7 @@ use crate::{
     lister::Lister,
     reflector::{ApiListerWatcher, Projection, ReflectorConfig},
     selector::SelectorArg,
+    store::CacheStorage,
     transform::{MetaTransformFn, meta_transform},
 };
 
@@ -56,6 +57,10 @@ pub struct FactoryConfig {
     /// Per-type projections, overriding the default one in [`Self::reflector`]
     /// ([`ReflectorConfig::projection`]).
     pub custom_projection: HashMap<TypeId, Projection>,
+    /// How every informer's cache holds objects ([`CacheStorage::Decoded`] by default).
+    pub cache_storage: CacheStorage,
+    /// Per-type cache storage, overriding [`Self::cache_storage`].
+    pub custom_cache_storage: HashMap<TypeId, CacheStorage>,
     /// The name every informer of this factory reports metrics under, with its group, version
     /// and resource (client-go `WithInformerName`); none by default, and then no metrics.
     pub informer_name: Option<String>,
@@ -76,6 +81,8 @@ impl Debug for FactoryConfig {
             .field("fifo_mode", &self.fifo_mode)
             .field("custom_fifo_mode", &self.custom_fifo_mode.len())
             .field("custom_projection", &self.custom_projection.len())
+            .field("cache_storage", &self.cache_storage)
+            .field("custom_cache_storage", &self.custom_cache_storage.len())
             .field("informer_name", &self.informer_name)
             .field("metrics_provider", &self.metrics_provider.is_some())
             .finish()
@@ -231,6 +238,21 @@ impl FactoryConfig {
     #[must_use]
     pub fn projection_for<K: 'static>(mut self, projection: Projection) -> Self {
         self.custom_projection.insert(TypeId::of::<K>(), projection);
+        self
+    }
+
+    /// Sets [`Self::cache_storage`].
+    #[must_use]
+    pub fn cache_storage(mut self, storage: CacheStorage) -> Self {
+        self.cache_storage = storage;
+        self
+    }
+
+    /// Sets how the caches of informers of type `K` hold objects (for dynamic informers, `K` is
+    /// `DynamicObject`; for metadata-only ones, `PartialObjectMeta<K>`).
+    #[must_use]
+    pub fn cache_storage_for<K: 'static>(mut self, storage: CacheStorage) -> Self {
+        self.custom_cache_storage.insert(TypeId::of::<K>(), storage);
         self
     }
 }
@@ -416,11 +438,17 @@ impl SharedInformerFactory {
             .get(&TypeId::of::<K>())
             .copied()
             .unwrap_or(c.fifo_mode);
+        let cache_storage = c
+            .custom_cache_storage
+            .get(&TypeId::of::<K>())
+            .unwrap_or(&c.cache_storage)
+            .clone();
         let mut config = InformerConfig::default()
             .name(log_name)
             .resync_period(resync)
             .reflector(c.reflector.clone())
-            .fifo_mode(fifo_mode);
+            .fifo_mode(fifo_mode)
+            .cache_storage(cache_storage);
         if let Some(p) = c.custom_projection.get(&TypeId::of::<K>()) {
             config = config.projection(p.clone());
         }
@@ -485,7 +513,7 @@ impl SharedInformerFactory {
         gvr: [String; 3],
     ) -> SharedIndexInformer<T>
     where
-        T: Resource + DeserializeOwned + Send + Sync + 'static,
+        T: Resource + Serialize + DeserializeOwned + Send + Sync + 'static,
     {
         let key = InformerKey {
             name,
@@ -504,7 +532,7 @@ impl SharedInformerFactory {
     /// The informer for `K` (the same one on every call).
     pub fn informer<K>(&self) -> SharedIndexInformer<K>
     where
-        K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Send + Sync + 'static,
         K::Scope: 'static,
     {
         let url = K::url_path(&(), self.namespace_for(is_namespaced::<K>()));
@@ -514,7 +542,7 @@ impl SharedInformerFactory {
     /// The lister of the informer for `K`.
     pub fn lister<K>(&self) -> Lister<K>
     where
-        K: Resource<DynamicType = ()> + DeserializeOwned + Send + Sync + 'static,
+        K: Resource<DynamicType = ()> + Serialize + DeserializeOwned + Send + Sync + 'static,
         K::Scope: 'static,
     {
         self.informer::<K>().lister()

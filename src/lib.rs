@@ -197,9 +197,12 @@ pub use reflector::{
     Reflector, ReflectorConfig,
 };
 pub use selector::{SelectorArg, parse_label_selector};
+#[cfg(feature = "compact")]
+pub use store::CompactConfig;
 pub use store::{
-    Cache, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource, NAMESPACE_INDEX, ObjectKey,
-    StoreOp, index_fn, key_of, namespace_index_fn, split_key,
+    Cache, CacheStats, CacheStorage, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource,
+    NAMESPACE_INDEX, ObjectKey, StorageError, StoreOp, index_fn, key_of, namespace_index_fn,
+    split_key,
 };
 pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};
 pub use workqueue::{

@@ -56,13 +56,10 @@ where
         }
     }
 
-    /// Every cached object matching `selector`, in all namespaces.
+    /// Every cached object matching `selector`, in all namespaces. Labels are matched before
+    /// objects are read, so a compact cache decodes only the objects it returns.
     pub fn list(&self, selector: &Selector) -> Vec<Arc<K>> {
-        let mut all = self.indexer.list();
-        if !selector.selects_all() {
-            all.retain(|o| matches(selector, &**o));
-        }
-        all
+        self.indexer.list_selected(selector)
     }
 
     /// The object with this key (`namespace/name` or `name`).
@@ -107,13 +104,11 @@ where
 {
     /// Objects of this namespace matching `selector`.
     pub fn list(&self, selector: &Selector) -> Vec<Arc<K>> {
-        match self.indexer.by_index(NAMESPACE_INDEX, &self.namespace) {
-            Ok(mut objs) => {
-                if !selector.selects_all() {
-                    objs.retain(|o| matches(selector, &**o));
-                }
-                objs
-            }
+        match self
+            .indexer
+            .by_index_selected(NAMESPACE_INDEX, &self.namespace, selector)
+        {
+            Ok(objs) => objs,
             // The namespace index is built in and cannot be removed; be defensive anyway.
             Err(_) => self
                 .indexer

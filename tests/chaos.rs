@@ -24,7 +24,10 @@
 //! - nothing panicked (the informer task, handler threads, the test itself).
 //!
 //! Schedules alternate between the two FIFO modes (`FifoMode::DeltaFifo` for even seeds,
-//! `FifoMode::InOrder` for odd ones); every check above holds in both.
+//! `FifoMode::InOrder` for odd ones); every check above holds in both. With the `compact`
+//! feature, the seed's second bit picks the cache storage as well (`CacheStorage::Compact`, with
+//! few hot objects and a small dictionary sample so that decoding and training happen, when it
+//! is set), so all four combinations run in every batch of schedules.
 //!
 //! A failure prints its seed (a panic that something caught, in a handler or a spawned task,
 //! prints the seeds of the schedules running at the time). Replay one schedule with
@@ -424,6 +427,20 @@ fn fifo_mode_of(seed: u64) -> FifoMode {
     }
 }
 
+/// The cache storage of a schedule: from the seed's second bit (with the `compact` feature).
+fn cache_storage_of(seed: u64) -> kube_informer::CacheStorage {
+    #[cfg(feature = "compact")]
+    if seed & 2 != 0 {
+        return kube_informer::CacheStorage::Compact(
+            kube_informer::CompactConfig::default()
+                .hot_objects(8)
+                .dictionary_samples(50),
+        );
+    }
+    let _ = seed;
+    kube_informer::CacheStorage::Decoded
+}
+
 async fn run_schedule(seed: u64, totals: &Totals) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let setup = Setup::draw(&mut rng);
@@ -467,7 +484,8 @@ async fn run_schedule(seed: u64, totals: &Totals) {
         InformerConfig::default()
             .reflector(config)
             .resync_period(resync)
-            .fifo_mode(fifo_mode_of(seed)),
+            .fifo_mode(fifo_mode_of(seed))
+            .cache_storage(cache_storage_of(seed)),
     );
     let mut logs: Vec<(String, Log)> = Vec::new();
     let mut registrations = Vec::new();

@@ -16,7 +16,11 @@
 //! client-go v0.37 runs these tests on its in-order informer (`InOrderInformers` is GA, with
 //! `AtomicFIFO`, `UnlockWhileProcessingFIFO` and `InOrderInformersBatchProcess` on by default),
 //! so every test here runs twice: as written, on the crate's default `FifoMode::DeltaFifo`, and
-//! in [`in_order`] on `FifoMode::InOrder`, the mode that matches client-go v0.37.
+//! in [`in_order`] on `FifoMode::InOrder`, the mode that matches client-go v0.37. With the
+//! `compact` feature, [`compact`] runs them a third time on the default FIFO with a
+//! `CacheStorage::Compact` cache that keeps no hot objects, so every read nobody else holds
+//! decodes (the storage does not depend on the FIFO mode; the model test in the library covers
+//! the storage itself).
 
 mod clientgo_support;
 
@@ -79,6 +83,9 @@ thread_local! {
     /// [`in_order`] runs a test. Each test runs on a thread of its own, and builds its informers
     /// on it (a `#[tokio::test]` body runs on the calling thread).
     static MODE: Cell<FifoMode> = const { Cell::new(FifoMode::DeltaFifo) };
+    /// Whether [`new_informer`] builds informers with a compact cache (while [`compact`] runs a
+    /// test).
+    static COMPACT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `test` with [`new_informer`] building `mode` informers.
@@ -93,13 +100,38 @@ fn with_mode(mode: FifoMode, test: fn()) {
     test();
 }
 
+/// Runs `test` with [`new_informer`] building informers with a compact cache.
+#[cfg(feature = "compact")]
+fn with_compact_cache(test: fn()) {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            COMPACT.set(self.0);
+        }
+    }
+    let _reset = Reset(COMPACT.replace(true));
+    test();
+}
+
+/// The cache storage of the current test.
+fn cache_storage() -> kube_informer::CacheStorage {
+    #[cfg(feature = "compact")]
+    if COMPACT.get() {
+        return kube_informer::CacheStorage::Compact(
+            kube_informer::CompactConfig::default().hot_objects(0),
+        );
+    }
+    kube_informer::CacheStorage::Decoded
+}
+
 /// client-go `NewSharedInformer(source, &v1.Pod{}, resync)`, in the current [`MODE`].
 fn new_informer(source: &FakeControllerSource<Pod>, resync: Duration) -> SharedIndexInformer<Pod> {
     let informer = SharedIndexInformer::new(
         source.clone(),
         InformerConfig::default()
             .resync_period(resync)
-            .fifo_mode(MODE.get()),
+            .fifo_mode(MODE.get())
+            .cache_storage(cache_storage()),
     );
     assert_eq!(informer.fifo_mode(), MODE.get());
     informer
@@ -996,10 +1028,11 @@ fn log_occurrences(needle: &str) -> usize {
         .count()
 }
 
-/// The panic message of a test's handler, naming the [`MODE`]: the log is shared by the whole
-/// binary, and each test runs once per mode, concurrently.
+/// The panic message of a test's handler, naming the [`MODE`] and the cache: the log is shared
+/// by the whole binary, and each test runs once per mode, concurrently.
 fn panic_message(what: &str) -> String {
-    format!("fake panic ({what}, {:?})", MODE.get())
+    let cache = if COMPACT.get() { ", compact" } else { "" };
+    format!("fake panic ({what}, {:?}{cache})", MODE.get())
 }
 
 fn panicking_handler(message: String) -> ResourceEventHandlerFuncs<Pod> {
@@ -1298,6 +1331,57 @@ mod in_order {
     }
 
     in_order!(
+        indexer,
+        listener_resync_periods_undelayed,
+        listener_resync_periods_delayed,
+        resync_check_period,
+        shared_informer_initialization_race,
+        shared_informer_watch_disruption,
+        shared_informer_watch_disruption_by_broken_connection,
+        shared_informer_error_handling,
+        shared_informer_start_race,
+        shared_informer_transformer,
+        shared_informer_remove_handler,
+        shared_informer_remove_foreign_handler,
+        shared_informer_remove_foreign_handler_keeps_the_foreign_informers_own,
+        shared_informer_multiple_registration,
+        removing_removed_shared_informer,
+        shared_informer_handler_abuse,
+        state_shared_informer,
+        add_on_stopped_shared_informer,
+        remove_on_stopped_shared_informer,
+        remove_while_active,
+        add_while_active,
+        shutdown_handler_added_before_run,
+        shutdown_handler_added_after_sync,
+        shutdown_never_run,
+        event_panics_simple,
+        event_panics_many,
+        remove_event_handler_asynchronous_panic,
+        remove_event_handler_synchronous_shutdown,
+        shut_down_event_handler_informer_never_started,
+        shut_down_event_handler_started_then_added,
+        shut_down_event_handler_added_then_started,
+        a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check,
+    );
+}
+
+/// Every test of this file again, with a compact cache (`CacheStorage::Compact`, no hot objects)
+/// on the default FIFO.
+#[cfg(feature = "compact")]
+mod compact {
+    macro_rules! compact {
+        ($($(#[$attr:meta])* $test:ident),* $(,)?) => {$(
+            #[doc = concat!("[`super::", stringify!($test), "`] with a compact cache.")]
+            #[test]
+            $(#[$attr])*
+            fn $test() {
+                super::with_compact_cache(super::$test);
+            }
+        )*};
+    }
+
+    compact!(
         indexer,
         listener_resync_periods_undelayed,
         listener_resync_periods_delayed,

@@ -131,6 +131,9 @@ pub struct ClientArgs {
     /// Cache shard `i` of `n` (`--shard i/n`, sharded list and watch); only `client-informer`
     /// reads it.
     pub shard: Option<kube_informer::sharding::ShardSelector>,
+    /// The informer's cache (`--cache decoded|compact`, default `decoded`); only
+    /// `client-informer` reads it.
+    pub cache: kube_informer::CacheStorage,
 }
 
 impl ClientArgs {
@@ -160,6 +163,13 @@ impl ClientArgs {
                 )
                 .expect("--shard i/n")
             }),
+            cache: match get("cache", "decoded").as_str() {
+                "decoded" => kube_informer::CacheStorage::Decoded,
+                "compact" => {
+                    kube_informer::CacheStorage::Compact(kube_informer::CompactConfig::default())
+                }
+                other => panic!("--cache {other}: expected decoded or compact"),
+            },
         }
     }
 }

@@ -35,7 +35,7 @@ use crate::{
         ListWatchTarget, ListerWatcher, Reflector, ReflectorConfig, ReflectorStatus,
         WatchErrorHandler,
     },
-    store::{Cache, IndexError, Indexer, Indexers, key_of},
+    store::{Cache, CacheStorage, IndexError, Indexer, Indexers, key_of},
 };
 
 /// client-go `minimumResyncPeriod`: shorter requested periods are raised to this.
@@ -105,6 +105,9 @@ pub struct InformerConfig {
     /// type (`PartialObjectMeta<Pod>`). [`SharedInformerFactory`](crate::SharedInformerFactory)
     /// names its informers as in its sync results (`v1/Pod`).
     pub name: Option<String>,
+    /// How the cache holds objects: [`CacheStorage::Decoded`] (the default) or, with the
+    /// `compact` feature, compressed (see README "Memory").
+    pub cache_storage: CacheStorage,
 }
 
 impl std::fmt::Debug for InformerConfig {
@@ -116,6 +119,7 @@ impl std::fmt::Debug for InformerConfig {
             .field("identity", &self.identity)
             .field("metrics_provider", &self.metrics_provider.is_some())
             .field("name", &self.name)
+            .field("cache_storage", &self.cache_storage)
             .finish()
     }
 }
@@ -170,6 +174,13 @@ impl InformerConfig {
     #[must_use]
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// Sets [`Self::cache_storage`].
+    #[must_use]
+    pub fn cache_storage(mut self, storage: CacheStorage) -> Self {
+        self.cache_storage = storage;
         self
     }
 }
@@ -305,9 +316,13 @@ struct State<K> {
 
 impl<K> SharedIndexInformer<K>
 where
-    K: Resource + Send + Sync + 'static,
+    K: Resource + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
 {
     /// An informer over `lw` with the namespace index.
+    ///
+    /// `K` is `Serialize` and `DeserializeOwned` (every k8s-openapi, `DynamicObject`,
+    /// `PartialObjectMeta` and derived custom resource type is) so that any
+    /// [`CacheStorage`] can hold it.
     pub fn new(lw: impl ListerWatcher<K>, config: InformerConfig) -> Self {
         Self::from_arc(Arc::new(lw), config)
     }
@@ -325,7 +340,7 @@ where
             }
             _ => None,
         };
-        let indexer = Indexer::new();
+        let indexer = Indexer::with_storage(config.cache_storage);
         // Only an in-order informer has a store version to report (as client-go's, whose
         // DeltaFIFO informers never set one); a DeltaFIFO one would report 0 for ever.
         if let Some(m) = metrics
@@ -361,7 +376,12 @@ where
             }),
         }
     }
+}
 
+impl<K> SharedIndexInformer<K>
+where
+    K: Resource + Send + Sync + 'static,
+{
     /// Registers a handler with the informer's default resync period.
     ///
     /// Added after start, the handler is first replayed the whole cache as adds with
@@ -1078,9 +1098,7 @@ where
                         DeltaObject::Object(o) => key_of(o),
                     };
                     match key {
-                        Ok(k) => {
-                            self.indexer.remove(&k);
-                        }
+                        Ok(k) => self.indexer.discard(&k),
                         Err(e) => {
                             tracing::warn!(error = %e, "delete of an object without a valid key")
                         }

@@ -2,9 +2,9 @@
 
 use std::{fmt, sync::Arc};
 
-use kube::Resource;
+use kube::{Resource, core::Selector};
 
-use super::{IndexError, Indexer, KeyError, ObjectKey};
+use super::{CacheStats, IndexError, Indexer, KeyError, ObjectKey, StorageError};
 
 /// A read-only handle on an informer's cache (client-go's `GetIndexer()` as seen by user code).
 ///
@@ -94,6 +94,32 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
         self.indexer.list()
     }
 
+    /// Every cached object whose labels `selector` selects (see [`Indexer::list_selected`]).
+    pub fn list_selected(&self, selector: &Selector) -> Vec<Arc<K>> {
+        self.indexer.list_selected(selector)
+    }
+
+    /// [`get_by_key`](Self::get_by_key) returning an unreadable stored object as an error (see
+    /// [`Indexer::try_get_by_key`]).
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError`] if the stored object does not decode.
+    pub fn try_get_by_key(&self, key: &str) -> Result<Option<Arc<K>>, StorageError> {
+        self.indexer.try_get_by_key(key)
+    }
+
+    /// The `resourceVersion` of the cached object with this key, read without decoding it
+    /// (see [`Indexer::resource_version_of`]).
+    pub fn resource_version_of(&self, key: &str) -> Option<String> {
+        self.indexer.resource_version_of(key)
+    }
+
+    /// The cache's storage counters (see [`Indexer::stats`]).
+    pub fn stats(&self) -> CacheStats {
+        self.indexer.stats()
+    }
+
     /// Every cached key, in no particular order (client-go `ListKeys`).
     pub fn list_keys(&self) -> Vec<ObjectKey> {
         self.indexer.list_keys()
@@ -116,6 +142,21 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
     /// [`IndexError::NoSuchIndex`] if no such index is registered.
     pub fn by_index(&self, index_name: &str, value: &str) -> Result<Vec<Arc<K>>, IndexError> {
         self.indexer.by_index(index_name, value)
+    }
+
+    /// [`by_index`](Self::by_index) keeping only the objects `selector` selects (see
+    /// [`Indexer::by_index_selected`]).
+    ///
+    /// # Errors
+    ///
+    /// [`IndexError::NoSuchIndex`] if no such index is registered.
+    pub fn by_index_selected(
+        &self,
+        index_name: &str,
+        value: &str,
+        selector: &Selector,
+    ) -> Result<Vec<Arc<K>>, IndexError> {
+        self.indexer.by_index_selected(index_name, value, selector)
     }
 
     /// The keys of the objects indexed under `value` in index `index_name` (client-go `IndexKeys`).

@@ -69,18 +69,35 @@ pub(super) struct Index {
 /// Below this many values a linear `contains` beats building a set to diff old and new values.
 const LINEAR_DIFF_MAX: usize = 8;
 
+/// The values one object is indexed under in one index, kept beside the object so that
+/// updating or removing it never needs the old object (nor, in a compact cache, its decoding).
+pub(super) type Values = Box<[Box<str>]>;
+
+/// The index values of `values` as the store keeps them.
+pub(super) fn values_of(values: Vec<String>) -> Values {
+    values.into_iter().map(String::into_boxed_str).collect()
+}
+
 impl Index {
-    pub(super) fn add(&mut self, key: &ObjectKey, values: Vec<String>) {
+    pub(super) fn add(&mut self, key: &ObjectKey, values: &[Box<str>]) {
         for value in values {
             self.add_one(key, value);
         }
     }
 
-    fn add_one(&mut self, key: &ObjectKey, value: String) {
-        self.values.entry(value).or_default().insert(key.clone());
+    fn add_one(&mut self, key: &ObjectKey, value: &str) {
+        match self.values.get_mut(value) {
+            Some(keys) => {
+                keys.insert(key.clone());
+            }
+            None => {
+                self.values
+                    .insert(value.to_owned(), HashSet::from([key.clone()]));
+            }
+        }
     }
 
-    pub(super) fn remove(&mut self, key: &ObjectKey, values: &[String]) {
+    pub(super) fn remove(&mut self, key: &ObjectKey, values: &[Box<str>]) {
         for value in values {
             self.remove_one(key, value);
         }
@@ -100,7 +117,7 @@ impl Index {
     /// Moves `key` from its `old` values to its `new` ones, touching only the values that
     /// differ (client-go only short-cuts the single unchanged value; a label index with many
     /// values would otherwise rehash every one of them on each update).
-    pub(super) fn update(&mut self, key: &ObjectKey, old: Vec<String>, new: Vec<String>) {
+    pub(super) fn update(&mut self, key: &ObjectKey, old: &[Box<str>], new: &[Box<str>]) {
         if old == new {
             return;
         }
@@ -108,20 +125,16 @@ impl Index {
             for value in old.iter().filter(|v| !new.contains(v)) {
                 self.remove_one(key, value);
             }
-            for value in new.into_iter().filter(|v| !old.contains(v)) {
+            for value in new.iter().filter(|v| !old.contains(v)) {
                 self.add_one(key, value);
             }
         } else {
-            let old_set: HashSet<&str> = old.iter().map(String::as_str).collect();
-            let new_set: HashSet<&str> = new.iter().map(String::as_str).collect();
+            let old_set: HashSet<&str> = old.iter().map(|v| &**v).collect();
+            let new_set: HashSet<&str> = new.iter().map(|v| &**v).collect();
             for value in old_set.difference(&new_set) {
                 self.remove_one(key, value);
             }
-            let added: Vec<String> = new_set
-                .difference(&old_set)
-                .map(|v| (*v).to_owned())
-                .collect();
-            for value in added {
+            for value in new_set.difference(&old_set) {
                 self.add_one(key, value);
             }
         }

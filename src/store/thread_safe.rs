@@ -6,22 +6,27 @@ use std::{
     sync::Arc,
 };
 
-use kube::Resource;
+use kube::{Resource, core::Selector};
 use parking_lot::RwLock;
+use serde::{Serialize, de::DeserializeOwned};
 
 use super::{
-    IndexError, IndexFn, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey, index::Index, key_of,
-    namespace_index_fn,
+    IndexError, IndexFn, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey,
+    index::{Index, Values, values_of},
+    key_of, namespace_index_fn,
+    storage::{CacheStats, CacheStorage, SlotMap, Storage, StorageError, decoded::Decoded},
 };
 
-/// A thread-safe store of `Arc<K>` keyed by [`ObjectKey`], with named indices
+/// A thread-safe store of objects keyed by [`ObjectKey`], with named indices
 /// (client-go's `cache.Indexer` over a `ThreadSafeStore`).
 ///
 /// Client-go's `Resync` is not here: on a store it does nothing (the informer's resync goes
 /// through its FIFO).
 ///
-/// Cloning is cheap: clones share the same store. Readers never copy objects, they get the
-/// `Arc` the informer stored.
+/// Cloning is cheap: clones share the same store. Reads return `Arc<K>`. In the default
+/// [`CacheStorage::Decoded`] mode that is the very `Arc` the informer stored, never a copy; in
+/// `CacheStorage::Compact` mode (feature `compact`) it is the object someone already holds, or
+/// one decoded for this read ([`Indexer::with_storage`]).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -39,36 +44,7 @@ use super::{
 /// assert_eq!(store.by_index(NAMESPACE_INDEX, "ns").unwrap().len(), 1);
 /// ```
 pub struct Indexer<K> {
-    inner: Arc<RwLock<Inner<K>>>,
-}
-
-struct NamedIndex<K> {
-    name: String,
-    func: IndexFn<K>,
-    index: Index,
-}
-
-struct Inner<K> {
-    items: HashMap<ObjectKey, Arc<K>>,
-    /// Few indices per store, so a `Vec` scanned by name beats hashing the name.
-    indices: Vec<NamedIndex<K>>,
-    /// The resourceVersion of the last change applied in order (client-go
-    /// `LastStoreSyncResourceVersion`); empty until an in-order informer applies one.
-    resource_version: String,
-    /// Reports every change of `resource_version` (client-go `informer_store_resource_version`).
-    rv_metric: Option<Arc<dyn crate::workqueue::SettableGaugeMetric>>,
-}
-
-impl<K> Inner<K> {
-    fn set_resource_version(&mut self, rv: &str) {
-        rv.clone_into(&mut self.resource_version);
-        if let (Some(m), Some(v)) = (
-            &self.rv_metric,
-            crate::informer::resource_version_metric_value(rv),
-        ) {
-            m.set(v);
-        }
-    }
+    core: Arc<dyn Backend<K>>,
 }
 
 /// One change of a [`Indexer::transaction`].
@@ -83,20 +59,17 @@ pub enum StoreOp<K> {
 impl<K> Clone for Indexer<K> {
     fn clone(&self) -> Self {
         Self {
-            inner: Arc::clone(&self.inner),
+            core: Arc::clone(&self.core),
         }
     }
 }
 
 impl<K> fmt::Debug for Indexer<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = self.inner.read();
         f.debug_struct("Indexer")
-            .field("len", &inner.items.len())
-            .field(
-                "indexers",
-                &inner.indices.iter().map(|i| &i.name).collect::<Vec<_>>(),
-            )
+            .field("storage", &self.core.storage_name())
+            .field("len", &self.core.len())
+            .field("indexers", &self.core.indexers())
             .finish()
     }
 }
@@ -107,7 +80,103 @@ impl<K: Resource + Send + Sync + 'static> Default for Indexer<K> {
     }
 }
 
-impl<K> Inner<K> {
+/// The store's operations, independent of how objects are held: [`Indexer`] is a handle on one
+/// of these, a [`Core`] over some [`Storage`].
+trait Backend<K>: Send + Sync {
+    fn storage_name(&self) -> &'static str;
+    fn len(&self) -> usize;
+    fn get(&self, key: &str) -> Result<Option<Arc<K>>, StorageError>;
+    fn resource_version(&self, key: &str) -> Option<String>;
+    fn list(&self, selector: Option<&Selector>) -> Vec<Arc<K>>;
+    fn list_keys(&self) -> Vec<ObjectKey>;
+    fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>);
+    fn put(&self, key: ObjectKey, obj: Arc<K>, want_old: bool) -> Option<Arc<K>>;
+    fn take(&self, key: &ObjectKey, want_old: bool) -> Option<Arc<K>>;
+    fn transaction(
+        &self,
+        ops: Vec<StoreOp<K>>,
+        resource_version: Option<&str>,
+    ) -> Vec<Option<Arc<K>>>;
+    fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError>;
+    fn by_index(
+        &self,
+        name: &str,
+        value: &str,
+        selector: Option<&Selector>,
+    ) -> Result<Vec<Arc<K>>, IndexError>;
+    fn index_keys(&self, name: &str, value: &str) -> Result<Vec<ObjectKey>, IndexError>;
+    fn list_index_func_values(&self, name: &str) -> Vec<String>;
+    fn indexers(&self) -> Vec<String>;
+    fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), IndexError>;
+    fn for_each(&self, f: &mut dyn FnMut(&ObjectKey, &Arc<K>));
+    fn last_resource_version(&self) -> String;
+    fn bookmark(&self, resource_version: &str);
+    fn set_resource_version_metric(&self, metric: Arc<dyn crate::workqueue::SettableGaugeMetric>);
+    fn stats(&self) -> CacheStats;
+}
+
+/// A store over one kind of [`Storage`].
+struct Core<K, S: Storage<K>> {
+    storage: S,
+    inner: RwLock<Inner<K, S::Slot>>,
+}
+
+struct NamedIndex<K> {
+    name: String,
+    func: IndexFn<K>,
+    index: Index,
+}
+
+/// What a write replaced or removed, kept until the write lock is released.
+enum Previous<K, S> {
+    /// Nothing was there.
+    None,
+    /// The very object stored again (a resync): nothing was replaced.
+    Same(Arc<K>),
+    /// The slot taken out of the store, with its key.
+    Slot(ObjectKey, S),
+}
+
+/// One stored object: its slot and, per index (in `Inner::indices` order), its values.
+struct Item<S> {
+    slot: S,
+    values: Box<[Values]>,
+}
+
+struct Items<S>(HashMap<ObjectKey, Item<S>>);
+
+impl<S> SlotMap<S> for Items<S> {
+    fn slot(&self, key: &ObjectKey) -> Option<&S> {
+        self.0.get(key).map(|i| &i.slot)
+    }
+
+    fn slot_mut(&mut self, key: &ObjectKey) -> Option<&mut S> {
+        self.0.get_mut(key).map(|i| &mut i.slot)
+    }
+}
+
+struct Inner<K, S> {
+    items: Items<S>,
+    /// Few indices per store, so a `Vec` scanned by name beats hashing the name.
+    indices: Vec<NamedIndex<K>>,
+    /// The resourceVersion of the last change applied in order (client-go
+    /// `LastStoreSyncResourceVersion`); empty until an in-order informer applies one.
+    resource_version: String,
+    /// Reports every change of `resource_version` (client-go `informer_store_resource_version`).
+    rv_metric: Option<Arc<dyn crate::workqueue::SettableGaugeMetric>>,
+}
+
+impl<K, S> Inner<K, S> {
+    fn set_resource_version(&mut self, rv: &str) {
+        rv.clone_into(&mut self.resource_version);
+        if let (Some(m), Some(v)) = (
+            &self.rv_metric,
+            crate::informer::resource_version_metric_value(rv),
+        ) {
+            m.set(v);
+        }
+    }
+
     fn index(&self, name: &str) -> Result<&NamedIndex<K>, IndexError> {
         self.indices
             .iter()
@@ -115,56 +184,19 @@ impl<K> Inner<K> {
             .ok_or_else(|| IndexError::NoSuchIndex(name.to_owned()))
     }
 
-    /// Stores `obj` under `key` and maintains every index: one hash lookup for the item.
-    fn put(&mut self, key: ObjectKey, obj: Arc<K>) -> Option<Arc<K>> {
-        match self.items.entry(key) {
-            Entry::Occupied(mut entry) => {
-                let old = entry.get();
-                // The same `Arc` again (a resync re-storing the cached object) cannot have moved.
-                if !Arc::ptr_eq(old, &obj) {
-                    for idx in &mut self.indices {
-                        let old_values = idx.values(entry.key(), old);
-                        let new_values = idx.values(entry.key(), &obj);
-                        idx.index.update(entry.key(), old_values, new_values);
-                    }
-                }
-                Some(entry.insert(obj))
-            }
-            Entry::Vacant(entry) => {
-                for idx in &mut self.indices {
-                    let values = idx.values(entry.key(), &obj);
-                    idx.index.add(entry.key(), values);
-                }
-                entry.insert(obj);
-                None
-            }
-        }
-    }
-
-    fn take(&mut self, key: &ObjectKey) -> Option<Arc<K>> {
-        let old = self.items.remove(key)?;
-        for idx in &mut self.indices {
-            let values = idx.values(key, &old);
-            idx.index.remove(key, &values);
-        }
-        Some(old)
-    }
-
-    fn objects<'a>(&self, keys: impl Iterator<Item = &'a ObjectKey>) -> Vec<Arc<K>> {
-        keys.filter_map(|k| self.items.get(k).cloned()).collect()
+    /// The values of `obj` in every index, in index order.
+    fn values_of(&self, key: &ObjectKey, obj: &K) -> Box<[Values]> {
+        self.indices
+            .iter()
+            .map(|idx| values_of(index_values(&idx.name, &idx.func, key, obj)))
+            .collect()
     }
 }
 
-impl<K> NamedIndex<K> {
-    /// The index values of `obj`. An index function that panics is caught, logged, and taken
-    /// to give no values: the object stays in the store (and reaches the handlers), just not
-    /// under this index, and the store's indices stay consistent, since every update and
-    /// removal computes values the same way.
-    fn values(&self, key: &ObjectKey, obj: &K) -> Vec<String> {
-        index_values(&self.name, &self.func, key, obj)
-    }
-}
-
+/// The index values of `obj`. An index function that panics is caught, logged, and taken
+/// to give no values: the object stays in the store (and reaches the handlers), just not
+/// under this index, and the store's indices stay consistent, since the values are kept beside
+/// the object and removed as they were added.
 fn index_values<K>(name: &str, func: &IndexFn<K>, key: &ObjectKey, obj: &K) -> Vec<String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func(obj))).unwrap_or_else(|panic| {
         tracing::error!(
@@ -177,29 +209,391 @@ fn index_values<K>(name: &str, func: &IndexFn<K>, key: &ObjectKey, obj: &K) -> V
     })
 }
 
-/// Builds one index over `items`.
-fn build_index<K>(name: &str, func: &IndexFn<K>, items: &HashMap<ObjectKey, Arc<K>>) -> Index {
-    let mut index = Index::default();
-    for (key, obj) in items {
-        index.add(key, index_values(name, func, key, obj));
+/// Logs a stored object that did not decode: it is never silently lost.
+fn report(e: &StorageError) {
+    tracing::error!(error = %e, "cached object unreadable; left out of this read");
+}
+
+impl<K, S: Storage<K>> Core<K, S> {
+    fn new(storage: S) -> Self {
+        Self {
+            storage,
+            inner: RwLock::new(Inner {
+                items: Items(HashMap::new()),
+                indices: Vec::new(),
+                resource_version: String::new(),
+                rv_metric: None,
+            }),
+        }
     }
-    index
+
+    fn load(&self, key: &ObjectKey, slot: &S::Slot) -> Option<Arc<K>> {
+        self.storage.load(key, slot).map_err(|e| report(&e)).ok()
+    }
+
+    /// The objects under `keys` that `selector` (if any) selects: labels are checked before
+    /// loading, so a compact store decodes only what it returns.
+    fn objects<'a>(
+        &self,
+        inner: &Inner<K, S::Slot>,
+        keys: impl Iterator<Item = &'a ObjectKey>,
+        selector: Option<&Selector>,
+    ) -> Vec<Arc<K>> {
+        let out = keys
+            .filter_map(|k| inner.items.0.get_key_value(k))
+            .filter(|(_, item)| selector.is_none_or(|s| self.storage.labels_match(&item.slot, s)))
+            .filter_map(|(k, item)| self.load(k, &item.slot))
+            .collect();
+        self.storage.tidy(&inner.items);
+        out
+    }
+
+    /// Stores `obj` under `key` and maintains every index: one hash lookup for the item.
+    /// Returns what it replaced, to be read (if wanted) once the write lock is released.
+    fn put(
+        &self,
+        inner: &mut Inner<K, S::Slot>,
+        key: ObjectKey,
+        obj: Arc<K>,
+    ) -> Previous<K, S::Slot> {
+        let values = match inner.items.0.get(&key) {
+            // The same `Arc` again (a resync re-storing the cached object) cannot have moved.
+            Some(item) if self.storage.holds(&item.slot, &obj) => None,
+            _ => Some(inner.values_of(&key, &obj)),
+        };
+        match inner.items.0.entry(key) {
+            Entry::Occupied(mut entry) => {
+                let Some(values) = values else {
+                    return Previous::Same(obj);
+                };
+                let slot = self.storage.store(entry.key(), &obj);
+                let key = entry.key().clone();
+                let item = entry.get_mut();
+                for ((idx, old_values), new_values) in
+                    inner.indices.iter_mut().zip(&item.values).zip(&values)
+                {
+                    idx.index.update(&key, old_values, new_values);
+                }
+                let old = std::mem::replace(item, Item { slot, values });
+                self.storage.drop_slot(&old.slot);
+                Previous::Slot(key, old.slot)
+            }
+            Entry::Vacant(entry) => {
+                let values = values.unwrap_or_default();
+                for (idx, values) in inner.indices.iter_mut().zip(&values) {
+                    idx.index.add(entry.key(), values);
+                }
+                let slot = self.storage.store(entry.key(), &obj);
+                entry.insert(Item { slot, values });
+                Previous::None
+            }
+        }
+    }
+
+    fn take(&self, inner: &mut Inner<K, S::Slot>, key: &ObjectKey) -> Previous<K, S::Slot> {
+        let Some((key, item)) = inner.items.0.remove_entry(key) else {
+            return Previous::None;
+        };
+        for (idx, values) in inner.indices.iter_mut().zip(&item.values) {
+            idx.index.remove(&key, values);
+        }
+        self.storage.drop_slot(&item.slot);
+        Previous::Slot(key, item.slot)
+    }
+
+    /// The object a write replaced, read outside the store's lock: a compact store may have to
+    /// decode it, and readers need not wait for that.
+    fn previous(&self, previous: Previous<K, S::Slot>) -> Option<Arc<K>> {
+        match previous {
+            Previous::None => None,
+            Previous::Same(obj) => Some(obj),
+            Previous::Slot(key, slot) => self
+                .storage
+                .load_detached(&key, &slot)
+                .map_err(|e| report(&e))
+                .ok(),
+        }
+    }
+
+    /// After a write: the storage's upkeep.
+    fn after_write(&self, inner: &mut Inner<K, S::Slot>) {
+        self.storage.maintain(&mut inner.items);
+    }
+}
+
+impl<K, S> Backend<K> for Core<K, S>
+where
+    K: Send + Sync + 'static,
+    S: Storage<K>,
+{
+    fn storage_name(&self) -> &'static str {
+        self.storage.name()
+    }
+
+    fn len(&self) -> usize {
+        self.inner.read().items.0.len()
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Arc<K>>, StorageError> {
+        let inner = self.inner.read();
+        let Some((key, item)) = inner.items.0.get_key_value(key) else {
+            return Ok(None);
+        };
+        let obj = self.storage.load(key, &item.slot);
+        self.storage.tidy(&inner.items);
+        obj.map(Some)
+    }
+
+    fn resource_version(&self, key: &str) -> Option<String> {
+        let inner = self.inner.read();
+        self.storage.resource_version(&inner.items.0.get(key)?.slot)
+    }
+
+    fn list(&self, selector: Option<&Selector>) -> Vec<Arc<K>> {
+        let inner = self.inner.read();
+        self.objects(&inner, inner.items.0.keys(), selector)
+    }
+
+    fn list_keys(&self) -> Vec<ObjectKey> {
+        self.inner.read().items.0.keys().cloned().collect()
+    }
+
+    fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>) {
+        let mut fresh = Inner {
+            items: Items(HashMap::with_capacity(objs.len())),
+            indices: self.empty_indices(),
+            resource_version: String::new(),
+            rv_metric: None,
+        };
+        // Filled in list order, as `add` would: walking a built map in hash order instead
+        // touches every object at random and measured four times slower at 100k objects.
+        for (key, obj) in objs {
+            Core::put(self, &mut fresh, key, obj);
+        }
+        let mut inner = self.inner.write();
+        // Indexers are only ever appended, so any added meanwhile are the ones past ours.
+        let added: Vec<_> = inner
+            .indices
+            .iter()
+            .skip(fresh.indices.len())
+            .map(|named| (named.name.clone(), Arc::clone(&named.func)))
+            .collect();
+        self.push_indices(&mut fresh, added);
+        fresh.rv_metric = inner.rv_metric.take();
+        match resource_version {
+            Some(rv) => fresh.set_resource_version(rv),
+            None => fresh.resource_version = std::mem::take(&mut inner.resource_version),
+        }
+        let old = std::mem::replace(&mut *inner, fresh);
+        for item in old.items.0.values() {
+            self.storage.drop_slot(&item.slot);
+        }
+        self.after_write(&mut inner);
+        drop(inner);
+        // Freeing the old objects can take a while; readers need not wait for it.
+        drop(old);
+    }
+
+    fn put(&self, key: ObjectKey, obj: Arc<K>, want_old: bool) -> Option<Arc<K>> {
+        let mut inner = self.inner.write();
+        let old = Core::put(self, &mut inner, key, obj);
+        self.after_write(&mut inner);
+        drop(inner);
+        // Unwanted, the old object is still dropped here, outside the lock.
+        want_old.then(|| self.previous(old)).flatten()
+    }
+
+    fn take(&self, key: &ObjectKey, want_old: bool) -> Option<Arc<K>> {
+        let mut inner = self.inner.write();
+        let old = Core::take(self, &mut inner, key);
+        self.after_write(&mut inner);
+        drop(inner);
+        want_old.then(|| self.previous(old)).flatten()
+    }
+
+    fn transaction(
+        &self,
+        ops: Vec<StoreOp<K>>,
+        resource_version: Option<&str>,
+    ) -> Vec<Option<Arc<K>>> {
+        let mut inner = self.inner.write();
+        let previous: Vec<_> = ops
+            .into_iter()
+            .map(|op| match op {
+                StoreOp::Put(key, obj) => Core::put(self, &mut inner, key, obj),
+                StoreOp::Remove(key) => Core::take(self, &mut inner, &key),
+            })
+            .collect();
+        if let Some(rv) = resource_version.filter(|rv| !rv.is_empty()) {
+            inner.set_resource_version(rv);
+        }
+        self.after_write(&mut inner);
+        drop(inner);
+        previous.into_iter().map(|p| self.previous(p)).collect()
+    }
+
+    fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
+        let inner = self.inner.read();
+        let named = inner.index(name)?;
+        let values = (named.func)(obj);
+        if let [value] = values.as_slice() {
+            return Ok(named
+                .index
+                .keys(value)
+                .map(|keys| self.objects(&inner, keys.iter(), None))
+                .unwrap_or_default());
+        }
+        let mut keys: HashSet<&ObjectKey> = HashSet::new();
+        for value in &values {
+            keys.extend(named.index.keys(value).into_iter().flatten());
+        }
+        Ok(self.objects(&inner, keys.into_iter(), None))
+    }
+
+    fn by_index(
+        &self,
+        name: &str,
+        value: &str,
+        selector: Option<&Selector>,
+    ) -> Result<Vec<Arc<K>>, IndexError> {
+        let inner = self.inner.read();
+        let named = inner.index(name)?;
+        Ok(named
+            .index
+            .keys(value)
+            .map(|keys| self.objects(&inner, keys.iter(), selector))
+            .unwrap_or_default())
+    }
+
+    fn index_keys(&self, name: &str, value: &str) -> Result<Vec<ObjectKey>, IndexError> {
+        let inner = self.inner.read();
+        let named = inner.index(name)?;
+        Ok(named
+            .index
+            .keys(value)
+            .map(|keys| keys.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    fn list_index_func_values(&self, name: &str) -> Vec<String> {
+        let inner = self.inner.read();
+        inner
+            .index(name)
+            .map(|named| named.index.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn indexers(&self) -> Vec<String> {
+        self.inner
+            .read()
+            .indices
+            .iter()
+            .map(|i| i.name.clone())
+            .collect()
+    }
+
+    fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), IndexError> {
+        let mut inner = self.inner.write();
+        if let Some(name) = indexers
+            .keys()
+            .find(|n| inner.indices.iter().any(|i| &i.name == *n))
+        {
+            return Err(IndexError::DuplicateIndex(name.clone()));
+        }
+        self.push_indices(&mut inner, indexers.into_iter().collect());
+        self.after_write(&mut inner);
+        Ok(())
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(&ObjectKey, &Arc<K>)) {
+        let inner = self.inner.read();
+        for (key, item) in &inner.items.0 {
+            if let Some(obj) = self.load(key, &item.slot) {
+                f(key, &obj);
+            }
+        }
+        self.storage.tidy(&inner.items);
+    }
+
+    fn last_resource_version(&self) -> String {
+        self.inner.read().resource_version.clone()
+    }
+
+    fn bookmark(&self, resource_version: &str) {
+        if !resource_version.is_empty() {
+            self.inner.write().set_resource_version(resource_version);
+        }
+    }
+
+    fn set_resource_version_metric(&self, metric: Arc<dyn crate::workqueue::SettableGaugeMetric>) {
+        self.inner.write().rv_metric = Some(metric);
+    }
+
+    fn stats(&self) -> CacheStats {
+        self.storage.stats()
+    }
+}
+
+impl<K, S: Storage<K>> Core<K, S> {
+    fn empty_indices(&self) -> Vec<NamedIndex<K>> {
+        self.inner
+            .read()
+            .indices
+            .iter()
+            .map(|i| NamedIndex {
+                name: i.name.clone(),
+                func: Arc::clone(&i.func),
+                index: Index::default(),
+            })
+            .collect()
+    }
+
+    /// Appends indices and indexes every stored object under them (loading each once).
+    fn push_indices(&self, inner: &mut Inner<K, S::Slot>, added: Vec<(String, IndexFn<K>)>) {
+        if added.is_empty() {
+            return;
+        }
+        let mut built: Vec<NamedIndex<K>> = added
+            .into_iter()
+            .map(|(name, func)| NamedIndex {
+                name,
+                func,
+                index: Index::default(),
+            })
+            .collect();
+        for (key, item) in &mut inner.items.0 {
+            // An object that does not load is logged, and indexed under nothing here.
+            let obj = self.load(key, &item.slot);
+            let mut values = std::mem::take(&mut item.values).into_vec();
+            for named in &mut built {
+                let v = obj.as_deref().map_or_else(Values::default, |obj| {
+                    values_of(index_values(&named.name, &named.func, key, obj))
+                });
+                named.index.add(key, &v);
+                values.push(v);
+            }
+            item.values = values.into_boxed_slice();
+        }
+        inner.indices.extend(built);
+    }
 }
 
 impl<K: Resource + Send + Sync + 'static> Indexer<K> {
-    /// An empty store with the built-in [`NAMESPACE_INDEX`] (which listers rely on).
+    /// An empty store with the built-in [`NAMESPACE_INDEX`] (which listers rely on), holding
+    /// objects decoded ([`CacheStorage::Decoded`]).
     pub fn new() -> Self {
+        Self::over(Decoded)
+    }
+
+    fn over<S: Storage<K>>(storage: S) -> Self {
+        let core = Core::new(storage);
+        core.inner.write().indices.push(NamedIndex {
+            name: NAMESPACE_INDEX.to_owned(),
+            func: namespace_index_fn(),
+            index: Index::default(),
+        });
         Self {
-            inner: Arc::new(RwLock::new(Inner {
-                items: HashMap::new(),
-                indices: vec![NamedIndex {
-                    name: NAMESPACE_INDEX.to_owned(),
-                    func: namespace_index_fn(),
-                    index: Index::default(),
-                }],
-                resource_version: String::new(),
-                rv_metric: None,
-            })),
+            core: Arc::new(core),
         }
     }
 
@@ -215,7 +609,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         &self,
         metric: Arc<dyn crate::workqueue::SettableGaugeMetric>,
     ) {
-        self.inner.write().rv_metric = Some(metric);
+        self.core.set_resource_version_metric(metric);
     }
 
     /// An empty store with the built-in [`NAMESPACE_INDEX`] and `indexers`
@@ -238,7 +632,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// [`KeyError`] if the object has no valid key; the store is unchanged.
     pub fn add(&self, obj: Arc<K>) -> Result<(), KeyError> {
         let key = key_of(&*obj)?;
-        self.insert(key, obj);
+        self.core.put(key, obj, false);
         Ok(())
     }
 
@@ -260,7 +654,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// [`KeyError`] if the object has no valid key.
     pub fn delete(&self, obj: &K) -> Result<(), KeyError> {
         let key = key_of(obj)?;
-        self.remove(&key);
+        self.core.take(&key, false);
         Ok(())
     }
 
@@ -275,28 +669,64 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     }
 
     /// The stored object with this key (`namespace/name` or `name`).
+    ///
+    /// A stored object that cannot be read back (see [`StorageError`]; only possible in compact
+    /// mode, and only if memory is corrupted) is logged, counted in
+    /// [`CacheStats::decode_errors`] and answered as absent; [`try_get_by_key`](Self::try_get_by_key)
+    /// returns the error instead.
     pub fn get_by_key(&self, key: &str) -> Option<Arc<K>> {
-        self.inner.read().items.get(key).cloned()
+        self.core.get(key).unwrap_or_else(|e| {
+            report(&e);
+            None
+        })
+    }
+
+    /// [`get_by_key`](Self::get_by_key) that returns a stored object that cannot be read back
+    /// as an error.
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError`] if the stored object does not decode (never in
+    /// [`CacheStorage::Decoded`] mode).
+    pub fn try_get_by_key(&self, key: &str) -> Result<Option<Arc<K>>, StorageError> {
+        self.core.get(key)
+    }
+
+    /// The `resourceVersion` of the stored object with this key, read without decoding it in
+    /// any mode: for a staleness check ("has my cache seen my write?").
+    pub fn resource_version_of(&self, key: &str) -> Option<String> {
+        self.core.resource_version(key)
     }
 
     /// Every stored object, in no particular order.
     pub fn list(&self) -> Vec<Arc<K>> {
-        self.inner.read().items.values().cloned().collect()
+        self.core.list(None)
+    }
+
+    /// Every stored object whose labels `selector` selects, in no particular order. Labels are
+    /// kept beside each object, so in compact mode only the selected objects are decoded.
+    pub fn list_selected(&self, selector: &Selector) -> Vec<Arc<K>> {
+        self.core.list(Some(selector))
     }
 
     /// Every stored key, in no particular order.
     pub fn list_keys(&self) -> Vec<ObjectKey> {
-        self.inner.read().items.keys().cloned().collect()
+        self.core.list_keys()
     }
 
     /// The number of stored objects.
     pub fn len(&self) -> usize {
-        self.inner.read().items.len()
+        self.core.len()
     }
 
     /// Whether the store holds no object.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The storage's counters: decodes, objects shared without decoding, bytes held.
+    pub fn stats(&self) -> CacheStats {
+        self.core.stats()
     }
 
     /// Replaces the whole content with `objs` and rebuilds every index (client-go `Replace`).
@@ -317,40 +747,11 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         objs: Vec<Arc<K>>,
         resource_version: Option<&str>,
     ) -> Result<(), KeyError> {
-        let keys = objs
-            .iter()
-            .map(|obj| key_of(obj))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut fresh = Inner {
-            items: HashMap::with_capacity(objs.len()),
-            indices: self.empty_indices(),
-            resource_version: String::new(),
-            rv_metric: None,
-        };
-        // Filled in list order, as `add` would: walking a built map in hash order instead
-        // touches every object at random and measured four times slower at 100k objects.
-        for (key, obj) in keys.into_iter().zip(objs) {
-            fresh.put(key, obj);
-        }
-        let mut inner = self.inner.write();
-        // Indexers are only ever appended, so any added meanwhile are the ones past ours.
-        for named in inner.indices.iter().skip(fresh.indices.len()) {
-            let index = build_index(&named.name, &named.func, &fresh.items);
-            fresh.indices.push(NamedIndex {
-                name: named.name.clone(),
-                func: Arc::clone(&named.func),
-                index,
-            });
-        }
-        fresh.rv_metric = inner.rv_metric.take();
-        match resource_version {
-            Some(rv) => fresh.set_resource_version(rv),
-            None => fresh.resource_version = std::mem::take(&mut inner.resource_version),
-        }
-        let old = std::mem::replace(&mut *inner, fresh);
-        drop(inner);
-        // Freeing the old objects can take a while; readers need not wait for it.
-        drop(old);
+        let keyed = objs
+            .into_iter()
+            .map(|obj| Ok((key_of(&obj)?, obj)))
+            .collect::<Result<Vec<_>, KeyError>>()?;
+        self.core.replace(keyed, resource_version);
         Ok(())
     }
 
@@ -374,18 +775,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         ops: Vec<StoreOp<K>>,
         resource_version: Option<&str>,
     ) -> Vec<Option<Arc<K>>> {
-        let mut inner = self.inner.write();
-        let previous = ops
-            .into_iter()
-            .map(|op| match op {
-                StoreOp::Put(key, obj) => inner.put(key, obj),
-                StoreOp::Remove(key) => inner.take(&key),
-            })
-            .collect();
-        if let Some(rv) = resource_version.filter(|rv| !rv.is_empty()) {
-            inner.set_resource_version(rv);
-        }
-        previous
+        self.core.transaction(ops, resource_version)
     }
 
     /// The resourceVersion of the last change applied to the store in order: every event,
@@ -398,40 +788,30 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// cache has seen that write once this is at least `n` (compare as integers, which
     /// kube-apiserver's versions are, though clients are told to treat them as opaque).
     pub fn last_store_sync_resource_version(&self) -> String {
-        self.inner.read().resource_version.clone()
+        self.core.last_resource_version()
     }
 
     /// Sets the store's resourceVersion without changing its objects (client-go
     /// `threadSafeMap.Bookmark`).
     pub fn bookmark(&self, resource_version: &str) {
-        if !resource_version.is_empty() {
-            self.inner.write().set_resource_version(resource_version);
-        }
-    }
-
-    /// The registered index functions with empty indices.
-    fn empty_indices(&self) -> Vec<NamedIndex<K>> {
-        let inner = self.inner.read();
-        inner
-            .indices
-            .iter()
-            .map(|i| NamedIndex {
-                name: i.name.clone(),
-                func: Arc::clone(&i.func),
-                index: Index::default(),
-            })
-            .collect()
+        self.core.bookmark(resource_version);
     }
 
     /// Stores `obj` under `key` (which the caller has computed with [`key_of`]) and returns the
     /// object it replaced: the informer's hot path, one lock and one hash lookup.
     pub fn insert(&self, key: ObjectKey, obj: Arc<K>) -> Option<Arc<K>> {
-        self.inner.write().put(key, obj)
+        self.core.put(key, obj, true)
     }
 
     /// Removes the object under `key` and returns it.
     pub fn remove(&self, key: &ObjectKey) -> Option<Arc<K>> {
-        self.inner.write().take(key)
+        self.core.take(key, true)
+    }
+
+    /// Removes the object under `key` without reading it back (a compact store does not decode
+    /// it).
+    pub(crate) fn discard(&self, key: &ObjectKey) {
+        self.core.take(key, false);
     }
 
     /// The objects sharing at least one value of index `index_name` with `obj`
@@ -441,21 +821,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     ///
     /// [`IndexError::NoSuchIndex`] if no such index is registered.
     pub fn index(&self, index_name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
-        let inner = self.inner.read();
-        let named = inner.index(index_name)?;
-        let values = (named.func)(obj);
-        if let [value] = values.as_slice() {
-            return Ok(named
-                .index
-                .keys(value)
-                .map(|keys| inner.objects(keys.iter()))
-                .unwrap_or_default());
-        }
-        let mut keys: HashSet<&ObjectKey> = HashSet::new();
-        for value in &values {
-            keys.extend(named.index.keys(value).into_iter().flatten());
-        }
-        Ok(inner.objects(keys.into_iter()))
+        self.core.index(index_name, obj)
     }
 
     /// The keys of the objects indexed under `value` in index `index_name` (client-go `IndexKeys`).
@@ -464,23 +830,13 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     ///
     /// [`IndexError::NoSuchIndex`] if no such index is registered.
     pub fn index_keys(&self, index_name: &str, value: &str) -> Result<Vec<ObjectKey>, IndexError> {
-        let inner = self.inner.read();
-        let named = inner.index(index_name)?;
-        Ok(named
-            .index
-            .keys(value)
-            .map(|keys| keys.iter().cloned().collect())
-            .unwrap_or_default())
+        self.core.index_keys(index_name, value)
     }
 
     /// Every value index `index_name` currently holds objects under; empty for an unknown index,
     /// as in client-go `ListIndexFuncValues`.
     pub fn list_index_func_values(&self, index_name: &str) -> Vec<String> {
-        let inner = self.inner.read();
-        inner
-            .index(index_name)
-            .map(|named| named.index.values().cloned().collect())
-            .unwrap_or_default()
+        self.core.list_index_func_values(index_name)
     }
 
     /// The objects indexed under `value` in index `index_name` (client-go `ByIndex`).
@@ -489,46 +845,39 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     ///
     /// [`IndexError::NoSuchIndex`] if no such index is registered.
     pub fn by_index(&self, index_name: &str, value: &str) -> Result<Vec<Arc<K>>, IndexError> {
-        let inner = self.inner.read();
-        let named = inner.index(index_name)?;
-        Ok(named
-            .index
-            .keys(value)
-            .map(|keys| inner.objects(keys.iter()))
-            .unwrap_or_default())
+        self.core.by_index(index_name, value, None)
+    }
+
+    /// [`by_index`](Self::by_index) keeping only the objects whose labels `selector` selects,
+    /// checked before any object is decoded.
+    ///
+    /// # Errors
+    ///
+    /// [`IndexError::NoSuchIndex`] if no such index is registered.
+    pub fn by_index_selected(
+        &self,
+        index_name: &str,
+        value: &str,
+        selector: &Selector,
+    ) -> Result<Vec<Arc<K>>, IndexError> {
+        self.core.by_index(index_name, value, Some(selector))
     }
 
     /// The names of the registered indices.
     pub fn indexers(&self) -> Vec<String> {
-        self.inner
-            .read()
-            .indices
-            .iter()
-            .map(|i| i.name.clone())
-            .collect()
+        self.core.indexers()
     }
 
     /// Registers more indices and indexes the objects already stored under them, so it works
-    /// before and after an informer starts (client-go `AddIndexers` since v0.30).
+    /// before and after an informer starts (client-go `AddIndexers` since v0.30). A compact
+    /// store decodes each stored object once for this.
     ///
     /// # Errors
     ///
     /// [`IndexError::DuplicateIndex`] if a name is already registered; nothing is added then.
     pub fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), IndexError> {
-        let mut inner = self.inner.write();
-        if let Some(name) = indexers
-            .keys()
-            .find(|n| inner.indices.iter().any(|i| &i.name == *n))
-        {
-            return Err(IndexError::DuplicateIndex(name.clone()));
-        }
-        for (name, func) in indexers {
-            let index = build_index(&name, &func, &inner.items);
-            inner.indices.push(NamedIndex { name, func, index });
-        }
-        Ok(())
+        self.core.add_indexers(indexers)
     }
-
     /// Registers one index named `name` whose values come from `values` (an
     /// [`index_fn`](super::index_fn)), indexing the objects already stored: the
     /// one-index form of [`add_indexers`](Self::add_indexers), without building the map.
@@ -566,10 +915,39 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     }
 
     /// Calls `f` with every stored key and object under one read lock; `f` must not call back
-    /// into this store with a write.
+    /// into this store with a write. A compact store decodes the objects nobody holds.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&ObjectKey, &Arc<K>)) {
-        for (key, obj) in &self.inner.read().items {
-            f(key, obj);
+        self.core.for_each(&mut f);
+    }
+}
+
+impl<K> Indexer<K>
+where
+    K: Resource + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    /// An empty store with the built-in [`NAMESPACE_INDEX`], holding objects as `storage` says.
+    /// The read API is the same in every mode.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kube::api::ObjectMeta;
+    /// use kube_informer::{CacheStorage, Indexer};
+    ///
+    /// let store = Indexer::<ConfigMap>::with_storage(CacheStorage::default());
+    /// store.add(Arc::new(ConfigMap {
+    ///     metadata: ObjectMeta { name: Some("a".into()), ..Default::default() },
+    ///     ..Default::default()
+    /// })).unwrap();
+    /// assert!(store.get_by_key("a").is_some());
+    /// ```
+    pub fn with_storage(storage: CacheStorage) -> Self {
+        match storage {
+            CacheStorage::Decoded => Self::new(),
+            #[cfg(feature = "compact")]
+            CacheStorage::Compact(config) => {
+                Self::over(super::storage::compact::Compact::new(config))
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Benchmark client: this crate's `SharedIndexInformer<Pod>` with no-op counting handlers, in
 //! either FIFO mode (`--fifo delta|in-order`), managedFields kept, stripped by a transform
-//! (`--strip true`) or by the decode-time projection (`--project true`); `--shard i/n` caches one
-//! shard (the replay server needs `--shards n`).
+//! (`--strip true`) or by the decode-time projection (`--project true`), either cache storage
+//! (`--cache decoded|compact`; the compact cache's decode count is reported as `decodes`);
+//! `--shard i/n` caches one shard (the replay server needs `--shards n`).
 //! See `kube_informer_bench::measure::ClientArgs` for the options and `bench-runner` for the
 //! scenarios.
 
@@ -31,7 +32,9 @@ async fn main() {
         None => kube_client(&args.addr),
     };
     let lw = ApiListerWatcher::new(Api::<Pod>::all(client));
-    let mut config = InformerConfig::default().fifo_mode(args.fifo);
+    let mut config = InformerConfig::default()
+        .fifo_mode(args.fifo)
+        .cache_storage(args.cache.clone());
     if args.project {
         config = config.projection(Projection::strip_managed_fields());
     }
@@ -117,6 +120,17 @@ async fn main() {
         }
         _ => {}
     }
+    meter.put("decodes", informer.indexer().stats().decodes);
+    // `BENCH_TRIM=1`: a second after the scenario, return freed heap to the OS (glibc
+    // `malloc_trim`) and report the RSS left: what the cache itself holds, without the pages
+    // glibc keeps from the sync's transient objects.
+    if std::env::var_os("BENCH_TRIM").is_some() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // SAFETY: malloc_trim only releases free memory of glibc's heap.
+        unsafe { libc::malloc_trim(0) };
+        meter.put("trimmed_kb", Meter::status_kb("VmRSS"));
+    }
+    meter.put("final_kb", Meter::status_kb("VmRSS"));
     meter.finish();
     std::process::exit(0);
 }

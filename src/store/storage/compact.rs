@@ -1,0 +1,725 @@
+//! [`CacheStorage::Compact`](super::CacheStorage::Compact): each object held as zstd-compressed
+//! JSON and decoded on demand.
+//!
+//! - **Encoding and compression**, chosen by measurement (BENCHMARKS.md "Compact cache codec"):
+//!   JSON (what the server sent, after the transform) compressed by zstd with a dictionary
+//!   trained per cache on the first [`CompactConfig::dictionary_samples`] objects it stores
+//!   (the first list), on a thread of its own (training on 1,000 Pods takes 0.1–0.5 s, which must
+//!   not hold the store's lock). Until it is ready objects are compressed without a dictionary;
+//!   then those objects are re-compressed with it, 32 per write (bytes to bytes, nothing is
+//!   decoded).
+//! - **Retraining**: the store keeps the compression ratio of the last
+//!   `dictionary_samples` objects it compressed. When that window's ratio falls below the
+//!   ratio the dictionary reached on its own training samples divided by
+//!   [`CompactConfig::retrain_factor`] (objects changed shape: a rollout, a new version), the
+//!   next `dictionary_samples` objects stored are kept as samples and a new dictionary is
+//!   trained from them (windows are not counted while a training runs). If zstd cannot train a
+//!   first dictionary (too few or too uniform samples), the cache stays on plain zstd. New writes use the new dictionary; an object keeps the dictionary it
+//!   was compressed with (held by an `Arc`) until it is written again, so retraining never
+//!   re-compresses the whole cache under the lock.
+//! - **Sharing**: each slot keeps a `Weak` of the last decoded (or stored) object, so an object
+//!   still held by the FIFO, a handler or a reader comes back without decoding; a ring of the
+//!   last [`CompactConfig::hot_objects`] objects stored, read while held, or decoded twice in a
+//!   short while keeps hot objects alive (a scan of cold objects does not push them out). A dead
+//!   `Weak` still pins its allocation (`size_of::<K>()` bytes, 1–3 KB for wide k8s-openapi
+//!   types), so slots whose object is gone are swept a few at a time after each write and each
+//!   decoding read.
+
+use std::{
+    collections::VecDeque,
+    sync::{
+        Arc, Weak,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+};
+
+use kube::{Resource, core::Selector};
+use parking_lot::Mutex;
+use serde::{Serialize, de::DeserializeOwned};
+
+use super::{CacheStats, SlotMap, Storage, StorageError, selector_matches};
+use crate::store::ObjectKey;
+
+/// Options of [`CacheStorage::Compact`](super::CacheStorage::Compact).
+///
+/// ```
+/// use kube_informer::{CacheStorage, CompactConfig};
+///
+/// let storage = CacheStorage::Compact(CompactConfig::default().hot_objects(4096));
+/// # let _ = storage;
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CompactConfig {
+    /// How many recently stored or read objects are kept decoded (strong `Arc`s in a ring),
+    /// so that a controller reading the object it was just told about does not decode it.
+    /// Each costs its decoded size (a podgen Pod: 54 KB), so the default, 256, is 14 MB of Pods,
+    /// and 1024 measured 1.1 KB per Pod on 50,000 (BENCHMARKS.md S6). 0 keeps none (objects are
+    /// still shared while someone else holds them).
+    pub hot_objects: usize,
+    /// zstd compression level. Default 3 (zstd's own default).
+    pub level: i32,
+    /// How many objects a dictionary is trained from: the first ones stored, and the ones stored
+    /// after the ratio degrades. Default 1000; 0 never trains (plain zstd).
+    pub dictionary_samples: usize,
+    /// The dictionary's size in bytes. Default 64 KiB.
+    pub dictionary_size: usize,
+    /// Retrain when the compression ratio of the last `dictionary_samples` objects compressed
+    /// is worse than the dictionary's ratio on its training samples by this factor. Default 1.5.
+    pub retrain_factor: f64,
+}
+
+impl Default for CompactConfig {
+    fn default() -> Self {
+        Self {
+            hot_objects: 256,
+            level: 3,
+            dictionary_samples: 1000,
+            dictionary_size: 64 * 1024,
+            retrain_factor: 1.5,
+        }
+    }
+}
+
+impl CompactConfig {
+    /// Sets [`Self::hot_objects`].
+    #[must_use]
+    pub fn hot_objects(mut self, n: usize) -> Self {
+        self.hot_objects = n;
+        self
+    }
+
+    /// Sets [`Self::level`].
+    #[must_use]
+    pub fn level(mut self, level: i32) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// Sets [`Self::dictionary_samples`].
+    #[must_use]
+    pub fn dictionary_samples(mut self, n: usize) -> Self {
+        self.dictionary_samples = n;
+        self
+    }
+
+    /// Sets [`Self::dictionary_size`].
+    #[must_use]
+    pub fn dictionary_size(mut self, bytes: usize) -> Self {
+        self.dictionary_size = bytes;
+        self
+    }
+
+    /// Sets [`Self::retrain_factor`].
+    #[must_use]
+    pub fn retrain_factor(mut self, factor: f64) -> Self {
+        self.retrain_factor = factor;
+        self
+    }
+}
+
+/// One zstd configuration: a dictionary (or none) and contexts using it. Slots hold the codec
+/// they were compressed with.
+struct Codec {
+    /// 0 for plain zstd; then 1, 2, … per trained dictionary.
+    generation: u64,
+    dictionary: Vec<u8>,
+    compressor: Mutex<zstd::bulk::Compressor<'static>>,
+    /// Decompression contexts, reused: making one costs more than decompressing a Pod.
+    decompressors: Mutex<Vec<zstd::bulk::Decompressor<'static>>>,
+}
+
+/// Decompression contexts kept per codec, beyond which they are dropped after use.
+const POOLED_DECOMPRESSORS: usize = 8;
+
+impl Codec {
+    fn new(generation: u64, level: i32, dictionary: Vec<u8>) -> std::io::Result<Self> {
+        let mut compressor = zstd::bulk::Compressor::with_dictionary(level, &dictionary)?;
+        // The store keeps each object's length itself, and which dictionary it used.
+        compressor.set_parameter(zstd::zstd_safe::CParameter::ContentSizeFlag(false))?;
+        compressor.set_parameter(zstd::zstd_safe::CParameter::DictIdFlag(false))?;
+        Ok(Self {
+            generation,
+            dictionary,
+            compressor: Mutex::new(compressor),
+            decompressors: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn compress(&self, raw: &[u8]) -> std::io::Result<Vec<u8>> {
+        self.compressor.lock().compress(raw)
+    }
+
+    fn decompress(&self, blob: &[u8], raw_len: usize) -> std::io::Result<Vec<u8>> {
+        let pooled = self.decompressors.lock().pop();
+        let mut d = match pooled {
+            Some(d) => d,
+            None => zstd::bulk::Decompressor::with_dictionary(&self.dictionary)?,
+        };
+        let out = d.decompress(blob, raw_len);
+        let mut pool = self.decompressors.lock();
+        if pool.len() < POOLED_DECOMPRESSORS {
+            pool.push(d);
+        }
+        out
+    }
+}
+
+/// What a slot keeps of its object.
+enum Body<K> {
+    Compressed {
+        blob: Box<[u8]>,
+        raw_len: u32,
+        codec: Arc<Codec>,
+    },
+    /// An object that could not be encoded (its `Serialize` failed) or compressed: kept decoded
+    /// rather than lost, and logged.
+    Pinned(Arc<K>),
+}
+
+/// The decoded object while someone holds it.
+struct Shared<K> {
+    weak: Weak<K>,
+    /// When the object last entered the hot ring (a ring position), to re-enter it only once it
+    /// is about to fall out.
+    ring_stamp: u64,
+    /// Whether the key is in the sweep queue.
+    queued: bool,
+    /// When the object was last decoded (a count of decodes), to tell a hot object from a cold
+    /// one read once.
+    decoded_at: u64,
+}
+
+/// One stored object.
+pub(crate) struct CompactSlot<K> {
+    body: Body<K>,
+    /// `resourceVersion`, then each label's key and value, NUL-separated (label keys and values
+    /// cannot hold a NUL): one allocation for what reads need without decoding.
+    meta: Box<str>,
+    shared: Mutex<Shared<K>>,
+}
+
+impl<K> CompactSlot<K> {
+    fn stored_bytes(&self) -> (u64, u64) {
+        match &self.body {
+            Body::Compressed { blob, raw_len, .. } => (blob.len() as u64, u64::from(*raw_len)),
+            Body::Pinned(_) => (0, 0),
+        }
+    }
+
+    fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut parts = self.meta.split('\0').skip(1);
+        std::iter::from_fn(move || Some((parts.next()?, parts.next()?)))
+    }
+}
+
+fn meta_of<K: Resource>(obj: &K) -> Box<str> {
+    let meta = obj.meta();
+    let mut out = meta.resource_version.clone().unwrap_or_default();
+    for (k, v) in meta.labels.iter().flatten() {
+        for part in [k, v] {
+            out.push('\0');
+            out.push_str(part);
+        }
+    }
+    out.into_boxed_str()
+}
+
+/// Recently used objects, kept alive. Not looked up: slots find their object through their
+/// `Weak`, which this keeps upgradable.
+struct Ring<K> {
+    objects: Vec<Option<Arc<K>>>,
+    next: u64,
+}
+
+impl<K> Ring<K> {
+    /// Puts `obj` in the ring and hands back its stamp and the object it pushed out (to be
+    /// dropped outside the lock).
+    fn push(&mut self, obj: Arc<K>) -> (u64, Option<Arc<K>>) {
+        let stamp = self.next;
+        self.next += 1;
+        let at = (stamp % self.objects.len() as u64) as usize;
+        (stamp, self.objects[at].replace(obj))
+    }
+}
+
+/// A dictionary being trained on a thread of its own: training on 1,000 Pods takes a few hundred
+/// milliseconds, which must not hold the store's lock.
+type Training = std::sync::mpsc::Receiver<Option<(Codec, f64)>>;
+
+/// Training state: which codec new writes use, and the samples and ratios that decide when to
+/// train the next.
+struct Trainer {
+    /// `None` only if zstd could not make a context at all.
+    current: Option<Arc<Codec>>,
+    /// Raw encodings kept to train from (only while collecting).
+    samples: Vec<Vec<u8>>,
+    collecting: bool,
+    /// The dictionary being trained, if any.
+    training: Option<Training>,
+    /// Raw and compressed bytes, and count, of the current window of compressions.
+    window: (u64, u64, usize),
+    /// The current dictionary's ratio on its training samples; 0 without a dictionary.
+    trained_ratio: f64,
+    /// Keys of the objects compressed before the first dictionary, to re-compress with it a few
+    /// per write once it is there.
+    plain_keys: Vec<ObjectKey>,
+}
+
+/// Compressed objects with shared decoded ones.
+pub(crate) struct Compact<K> {
+    config: CompactConfig,
+    trainer: Mutex<Trainer>,
+    ring: Option<Mutex<Ring<K>>>,
+    /// Keys whose slot holds a `Weak`; swept a few at a time.
+    sweep: Mutex<VecDeque<ObjectKey>>,
+    decodes: AtomicU64,
+    decode_errors: AtomicU64,
+    shared_hits: AtomicU64,
+    stored_bytes: AtomicU64,
+    encoded_bytes: AtomicU64,
+    trainings: AtomicU64,
+}
+
+/// Objects compressed before the first dictionary that each write re-compresses with it.
+const RECODE_PER_WRITE: usize = 32;
+
+/// Trains a dictionary from `samples` and measures its ratio on them; `None` (logged) if zstd
+/// cannot train one (too few or too uniform samples): plain zstd, or the old dictionary, goes on.
+fn train_codec(
+    samples: &[Vec<u8>],
+    generation: u64,
+    level: i32,
+    size: usize,
+) -> Option<(Codec, f64)> {
+    let trained = zstd::dict::from_samples(samples, size)
+        .and_then(|dict| Codec::new(generation, level, dict));
+    let codec = match trained {
+        Ok(codec) => codec,
+        Err(e) => {
+            tracing::debug!(error = %e, "compact cache: no dictionary trained");
+            return None;
+        }
+    };
+    let (mut raw, mut compressed) = (0u64, 0u64);
+    for s in samples {
+        raw += s.len() as u64;
+        compressed += codec.compress(s).map_or(s.len(), |b| b.len()) as u64;
+    }
+    Some((codec, raw as f64 / compressed.max(1) as f64))
+}
+
+/// Slots checked per sweep: more than one slot gets a `Weak` per write, so the queue cannot grow
+/// beyond the slots whose object is alive.
+const SWEEP_PER_CALL: usize = 8;
+
+impl<K> Compact<K> {
+    pub(crate) fn new(config: CompactConfig) -> Self {
+        // An out-of-range level is clamped by zstd; a context that cannot be made (no memory)
+        // leaves no codec, and objects are then kept decoded (see `store`).
+        let plain = match Codec::new(0, config.level, Vec::new()) {
+            Ok(codec) => Some(Arc::new(codec)),
+            Err(e) => {
+                tracing::error!(error = %e, "compact cache: no zstd context; objects are kept decoded");
+                None
+            }
+        };
+        let ring = (config.hot_objects > 0).then(|| {
+            Mutex::new(Ring {
+                objects: (0..config.hot_objects).map(|_| None).collect(),
+                next: 0,
+            })
+        });
+        Self {
+            trainer: Mutex::new(Trainer {
+                current: plain,
+                samples: Vec::new(),
+                collecting: config.dictionary_samples > 0,
+                training: None,
+                window: (0, 0, 0),
+                trained_ratio: 0.0,
+                plain_keys: Vec::new(),
+            }),
+            config,
+            ring,
+            sweep: Mutex::new(VecDeque::new()),
+            decodes: AtomicU64::new(0),
+            decode_errors: AtomicU64::new(0),
+            shared_hits: AtomicU64::new(0),
+            stored_bytes: AtomicU64::new(0),
+            encoded_bytes: AtomicU64::new(0),
+            trainings: AtomicU64::new(0),
+        }
+    }
+
+    /// Keeps `obj` in the hot ring when it is not there or about to leave it.
+    fn keep_hot(&self, shared: &mut Shared<K>, obj: &Arc<K>) {
+        let Some(ring) = &self.ring else { return };
+        let half = (self.config.hot_objects as u64).div_ceil(2);
+        let pushed_out = {
+            let mut ring = ring.lock();
+            let fresh = shared.ring_stamp != u64::MAX && ring.next - shared.ring_stamp < half;
+            if fresh {
+                return;
+            }
+            let (stamp, out) = ring.push(Arc::clone(obj));
+            shared.ring_stamp = stamp;
+            out
+        };
+        drop(pushed_out);
+    }
+
+    fn share(&self, key: &ObjectKey, shared: &mut Shared<K>, obj: &Arc<K>, hot: bool) {
+        shared.weak = Arc::downgrade(obj);
+        if hot {
+            self.keep_hot(shared, obj);
+        }
+        if !shared.queued {
+            shared.queued = true;
+            self.sweep.lock().push_back(key.clone());
+        }
+    }
+
+    /// Compresses `raw` with the current codec, and decides on training.
+    fn compress(&self, key: &ObjectKey, raw: Vec<u8>) -> Result<(Vec<u8>, Arc<Codec>), String> {
+        let codec = {
+            let mut t = self.trainer.lock();
+            self.install_trained(&mut t);
+            t.current.clone().ok_or("no zstd context")?
+        };
+        let blob = codec.compress(&raw).map_err(|e| e.to_string())?;
+        let mut t = self.trainer.lock();
+        // Only while a first dictionary is coming: a cache whose training failed stays plain.
+        if codec.generation == 0 && (t.collecting || t.training.is_some()) {
+            t.plain_keys.push(key.clone());
+        }
+        if t.collecting {
+            t.samples.push(raw);
+            if t.samples.len() >= self.config.dictionary_samples {
+                self.train(&mut t);
+            }
+        } else if t.trained_ratio > 0.0
+            && t.training.is_none()
+            && t.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &codec))
+        {
+            t.window.0 += raw.len() as u64;
+            t.window.1 += blob.len() as u64;
+            t.window.2 += 1;
+            if t.window.2 >= self.config.dictionary_samples {
+                let ratio = t.window.0 as f64 / t.window.1.max(1) as f64;
+                t.window = (0, 0, 0);
+                if ratio * self.config.retrain_factor < t.trained_ratio {
+                    tracing::debug!(
+                        ratio,
+                        trained_ratio = t.trained_ratio,
+                        "compact cache: compression ratio degraded, collecting samples to retrain"
+                    );
+                    t.collecting = true;
+                }
+            }
+        }
+        Ok((blob, codec))
+    }
+
+    /// Starts training a dictionary from the collected samples.
+    fn train(&self, t: &mut Trainer) {
+        let samples = std::mem::take(&mut t.samples);
+        t.collecting = false;
+        t.window = (0, 0, 0);
+        let generation = t.current.as_ref().map_or(0, |c| c.generation) + 1;
+        let (level, size) = (self.config.level, self.config.dictionary_size);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let job = move || {
+            // The receiver may be gone (the store was dropped): nothing to tell then.
+            let _ = tx.send(train_codec(&samples, generation, level, size));
+        };
+        match std::thread::Builder::new()
+            .name("compact-cache-dictionary".into())
+            .spawn(job)
+        {
+            Ok(_) => t.training = Some(rx),
+            Err(e) => tracing::debug!(error = %e, "compact cache: no thread to train a dictionary"),
+        }
+    }
+
+    /// Puts a trained dictionary in use once its training is done.
+    fn install_trained(&self, t: &mut Trainer) {
+        let Some(training) = &t.training else { return };
+        let (codec, ratio) = match training.try_recv() {
+            Err(std::sync::mpsc::TryRecvError::Empty) => return,
+            Ok(Some(done)) => done,
+            Ok(None) | Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                t.training = None;
+                if t.current.as_ref().is_some_and(|c| c.generation == 0) {
+                    t.plain_keys = Vec::new();
+                }
+                return;
+            }
+        };
+        t.training = None;
+        t.trained_ratio = ratio;
+        tracing::debug!(
+            generation = codec.generation,
+            ratio,
+            "compact cache: dictionary trained"
+        );
+        if codec.generation > 1 {
+            t.plain_keys = Vec::new();
+        }
+        t.current = Some(Arc::new(codec));
+        self.trainings.fetch_add(1, Relaxed);
+    }
+
+    /// Re-compresses up to [`RECODE_PER_WRITE`] of the objects compressed before the first
+    /// dictionary (bytes to bytes: nothing is decoded).
+    fn recode_some(&self, slots: &mut dyn SlotMap<CompactSlot<K>>) {
+        let (current, keys) = {
+            let mut t = self.trainer.lock();
+            self.install_trained(&mut t);
+            let Some(current) = t.current.clone().filter(|c| c.generation > 0) else {
+                return;
+            };
+            if t.plain_keys.is_empty() {
+                return;
+            }
+            let at = t.plain_keys.len().saturating_sub(RECODE_PER_WRITE);
+            let keys = t.plain_keys.split_off(at);
+            if t.plain_keys.is_empty() {
+                t.plain_keys = Vec::new();
+            }
+            (current, keys)
+        };
+        for key in keys {
+            let Some(slot) = slots.slot_mut(&key) else {
+                continue;
+            };
+            let Body::Compressed {
+                blob,
+                raw_len,
+                codec,
+            } = &slot.body
+            else {
+                continue;
+            };
+            if codec.generation != 0 {
+                continue;
+            }
+            let recoded = codec
+                .decompress(blob, *raw_len as usize)
+                .and_then(|raw| current.compress(&raw));
+            match recoded {
+                Ok(new_blob) => {
+                    let raw_len = *raw_len;
+                    self.count_out(slot);
+                    slot.body = Body::Compressed {
+                        blob: new_blob.into_boxed_slice(),
+                        raw_len,
+                        codec: Arc::clone(&current),
+                    };
+                    self.count_in(slot);
+                }
+                // Kept as it was: still readable with the plain codec it holds.
+                Err(e) => {
+                    tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed")
+                }
+            }
+        }
+    }
+
+    fn count_in(&self, slot: &CompactSlot<K>) {
+        let (stored, encoded) = slot.stored_bytes();
+        self.stored_bytes.fetch_add(stored, Relaxed);
+        self.encoded_bytes.fetch_add(encoded, Relaxed);
+    }
+
+    fn count_out(&self, slot: &CompactSlot<K>) {
+        let (stored, encoded) = slot.stored_bytes();
+        self.stored_bytes.fetch_sub(stored, Relaxed);
+        self.encoded_bytes.fetch_sub(encoded, Relaxed);
+    }
+}
+
+/// A serde_json error without the object's contents: its category and position.
+fn redacted(e: &serde_json::Error) -> String {
+    format!(
+        "{:?} error at line {} column {}",
+        e.classify(),
+        e.line(),
+        e.column()
+    )
+}
+
+impl<K> Compact<K>
+where
+    K: Serialize + DeserializeOwned,
+{
+    fn decode(&self, key: &ObjectKey, body: &Body<K>) -> Result<Arc<K>, StorageError> {
+        let (blob, raw_len, codec) = match body {
+            Body::Compressed {
+                blob,
+                raw_len,
+                codec,
+            } => (blob, *raw_len, codec),
+            Body::Pinned(obj) => return Ok(Arc::clone(obj)),
+        };
+        let raw =
+            codec
+                .decompress(blob, raw_len as usize)
+                .map_err(|e| StorageError::Decompress {
+                    key: key.clone(),
+                    reason: e.to_string(),
+                })?;
+        let obj = serde_json::from_slice::<K>(&raw).map_err(|e| StorageError::Decode {
+            key: key.clone(),
+            reason: redacted(&e),
+        })?;
+        self.decodes.fetch_add(1, Relaxed);
+        Ok(Arc::new(obj))
+    }
+}
+
+impl<K> Storage<K> for Compact<K>
+where
+    K: Resource + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    type Slot = CompactSlot<K>;
+
+    fn store(&self, key: &ObjectKey, obj: &Arc<K>) -> CompactSlot<K> {
+        let encoded = serde_json::to_vec(&**obj)
+            .map_err(|e| redacted(&e))
+            .and_then(|raw| {
+                let raw_len =
+                    u32::try_from(raw.len()).map_err(|_| "larger than 4 GiB".to_owned())?;
+                let (blob, codec) = self.compress(key, raw)?;
+                Ok(Body::Compressed {
+                    blob: blob.into_boxed_slice(),
+                    raw_len,
+                    codec,
+                })
+            });
+        let body = encoded.unwrap_or_else(|reason| {
+            tracing::warn!(key = %key, reason, "compact cache: object kept decoded, it does not encode");
+            Body::Pinned(Arc::clone(obj))
+        });
+        let slot = CompactSlot {
+            body,
+            meta: meta_of(&**obj),
+            shared: Mutex::new(Shared {
+                weak: Weak::new(),
+                ring_stamp: u64::MAX,
+                queued: false,
+                decoded_at: u64::MAX,
+            }),
+        };
+        // Just written: what a controller reads next, once its handler has queued the key.
+        self.share(key, &mut slot.shared.lock(), obj, true);
+        self.count_in(&slot);
+        slot
+    }
+
+    fn load(&self, key: &ObjectKey, slot: &CompactSlot<K>) -> Result<Arc<K>, StorageError> {
+        let mut shared = slot.shared.lock();
+        if let Some(obj) = shared.weak.upgrade() {
+            self.shared_hits.fetch_add(1, Relaxed);
+            self.keep_hot(&mut shared, &obj);
+            return Ok(obj);
+        }
+        match self.decode(key, &slot.body) {
+            Ok(obj) => {
+                // Admission: an object enters the hot ring when decoded a second time within
+                // about as many decodes as the ring holds, so a scan of cold objects (a list)
+                // neither evicts the hot ones nor pays for dropping them.
+                let now = self.decodes.load(Relaxed);
+                let hot = shared.decoded_at != u64::MAX
+                    && now - shared.decoded_at <= self.config.hot_objects as u64;
+                shared.decoded_at = now;
+                self.share(key, &mut shared, &obj, hot);
+                Ok(obj)
+            }
+            Err(e) => {
+                self.decode_errors.fetch_add(1, Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    fn load_detached(
+        &self,
+        key: &ObjectKey,
+        slot: &CompactSlot<K>,
+    ) -> Result<Arc<K>, StorageError> {
+        if let Some(obj) = slot.shared.lock().weak.upgrade() {
+            self.shared_hits.fetch_add(1, Relaxed);
+            return Ok(obj);
+        }
+        self.decode(key, &slot.body).inspect_err(|_| {
+            self.decode_errors.fetch_add(1, Relaxed);
+        })
+    }
+
+    fn holds(&self, slot: &CompactSlot<K>, obj: &Arc<K>) -> bool {
+        std::ptr::eq(slot.shared.lock().weak.as_ptr(), Arc::as_ptr(obj))
+    }
+
+    fn labels_match(&self, slot: &CompactSlot<K>, selector: &Selector) -> bool {
+        if selector.selects_all() {
+            return true;
+        }
+        let labels = slot
+            .labels()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        selector_matches(selector, Some(&labels))
+    }
+
+    fn resource_version(&self, slot: &CompactSlot<K>) -> Option<String> {
+        let rv = slot.meta.split('\0').next().unwrap_or_default();
+        (!rv.is_empty()).then(|| rv.to_owned())
+    }
+
+    fn drop_slot(&self, slot: &CompactSlot<K>) {
+        self.count_out(slot);
+    }
+
+    fn maintain(&self, slots: &mut dyn SlotMap<CompactSlot<K>>) {
+        self.recode_some(slots);
+        self.tidy(&*slots);
+    }
+
+    fn tidy(&self, slots: &dyn SlotMap<CompactSlot<K>>) {
+        let mut checked = 0;
+        while checked < SWEEP_PER_CALL {
+            let Some(key) = self.sweep.lock().pop_front() else {
+                return;
+            };
+            checked += 1;
+            let Some(slot) = slots.slot(&key) else {
+                continue;
+            };
+            let mut shared = slot.shared.lock();
+            if shared.weak.strong_count() == 0 {
+                // Frees the allocation the dead `Weak` pinned.
+                shared.weak = Weak::new();
+                shared.queued = false;
+            } else {
+                drop(shared);
+                self.sweep.lock().push_back(key);
+            }
+        }
+    }
+
+    fn stats(&self) -> CacheStats {
+        CacheStats {
+            decodes: self.decodes.load(Relaxed),
+            decode_errors: self.decode_errors.load(Relaxed),
+            shared_hits: self.shared_hits.load(Relaxed),
+            stored_bytes: self.stored_bytes.load(Relaxed),
+            encoded_bytes: self.encoded_bytes.load(Relaxed),
+            dictionary_trainings: self.trainings.load(Relaxed),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "Compact"
+    }
+}

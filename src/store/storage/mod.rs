@@ -1,0 +1,174 @@
+//! How an [`Indexer`](super::Indexer) holds its objects: the seam between the store's key map and
+//! indices and the form each object is kept in (issue #12).
+//!
+//! One trait, [`Storage`], two implementations in their own modules: [`decoded`] keeps today's
+//! `Arc<K>`; `compact` (feature `compact`) keeps compressed bytes and decodes on demand. The key,
+//! the index values and (for selectors) the labels are kept beside each object by the store
+//! itself, so keys, index queries and label selectors never need the object.
+
+pub(super) mod decoded;
+
+#[cfg(feature = "compact")]
+pub(super) mod compact;
+
+use std::sync::Arc;
+
+use kube::core::Selector;
+
+use super::ObjectKey;
+
+#[cfg(feature = "compact")]
+pub use compact::CompactConfig;
+
+/// How an informer's cache holds its objects. The read API ([`Indexer`](super::Indexer),
+/// [`Cache`](super::Cache), [`Lister`](crate::Lister)) is the same in every mode: reads return
+/// `Arc<K>`.
+///
+/// ```
+/// use kube_informer::{CacheStorage, InformerConfig};
+///
+/// let config = InformerConfig::default();
+/// assert_eq!(config.cache_storage, CacheStorage::Decoded);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub enum CacheStorage {
+    /// Each object decoded once and held as the `Arc<K>` every reader shares (the default, and
+    /// what client-go does). Fastest reads; a decoded k8s-openapi `Pod` holds ~54 KB of heap.
+    #[default]
+    Decoded,
+    /// Each object held as compressed JSON and decoded on demand; decoded objects are shared
+    /// while anyone holds them, and a bounded set of recently used ones is kept (see
+    /// [`CompactConfig`]). A fraction of the memory for caches read less often than they change.
+    #[cfg(feature = "compact")]
+    Compact(CompactConfig),
+}
+
+/// Counters of a cache's storage, for tests, benchmarks and metrics
+/// ([`Indexer::stats`](super::Indexer::stats)). In [`CacheStorage::Decoded`] mode they are all
+/// zero: nothing is ever decoded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CacheStats {
+    /// Objects decoded from their stored bytes since the cache was made.
+    pub decodes: u64,
+    /// Stored objects that failed to decode (logged each time; see [`StorageError`]).
+    pub decode_errors: u64,
+    /// Reads answered by an object someone still held (a `Weak` upgrade), without decoding.
+    pub shared_hits: u64,
+    /// Bytes of compressed object data held now.
+    pub stored_bytes: u64,
+    /// Bytes those objects take encoded but uncompressed.
+    pub encoded_bytes: u64,
+    /// How many compression dictionaries were trained (the first one and every retraining).
+    pub dictionary_trainings: u64,
+}
+
+/// A stored object that could not be turned back into a `K`. It cannot happen unless memory is
+/// corrupted or `K`'s `Serialize` and `Deserialize` disagree (the store encoded the object
+/// itself), and is never silently lost: every read that meets it logs it, counts it in
+/// [`CacheStats::decode_errors`], and [`Indexer::try_get_by_key`](super::Indexer::try_get_by_key)
+/// returns it. The message is redacted: it never quotes the object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The compressed bytes did not decompress.
+    #[error("cached object {key} does not decompress: {reason}")]
+    Decompress {
+        /// The object's key.
+        key: ObjectKey,
+        /// The codec's message.
+        reason: String,
+    },
+    /// The decompressed bytes did not decode as the cache's type.
+    #[error("cached object {key} does not decode: {reason}")]
+    Decode {
+        /// The object's key.
+        key: ObjectKey,
+        /// What went wrong and where, without the object's contents.
+        reason: String,
+    },
+}
+
+/// The form one object takes in a store, chosen per store. Implementations keep whatever
+/// object-wide state they need (a codec, a cache of decoded objects) in `self`; the store calls
+/// [`store`](Self::store) and [`drop_slot`](Self::drop_slot) under its write lock,
+/// [`load`](Self::load) under its read lock, and [`load_detached`](Self::load_detached) with no
+/// lock held.
+pub(crate) trait Storage<K>: Send + Sync + 'static {
+    /// What is kept per object.
+    type Slot: Send + Sync;
+
+    /// The slot for `obj`, stored under `key`.
+    fn store(&self, key: &ObjectKey, obj: &Arc<K>) -> Self::Slot;
+
+    /// The object in `slot`: the one someone holds, or decoded.
+    fn load(&self, key: &ObjectKey, slot: &Self::Slot) -> Result<Arc<K>, StorageError>;
+
+    /// The object in a slot just taken out of the store (the old object of an update or a
+    /// removal), read outside the store's lock: like [`load`](Self::load), without keeping the
+    /// object for later reads.
+    fn load_detached(&self, key: &ObjectKey, slot: &Self::Slot) -> Result<Arc<K>, StorageError> {
+        self.load(key, slot)
+    }
+
+    /// Whether `slot` holds this very `Arc` (a resync storing the cached object again), so the
+    /// store can skip recomputing its index values.
+    fn holds(&self, slot: &Self::Slot, obj: &Arc<K>) -> bool;
+
+    /// Whether the object in `slot` has labels matching `selector`, without decoding it.
+    fn labels_match(&self, slot: &Self::Slot, selector: &Selector) -> bool;
+
+    /// The object's `resourceVersion`, without decoding it.
+    fn resource_version(&self, slot: &Self::Slot) -> Option<String>;
+
+    /// A slot left the store (replaced or removed), for the storage's byte counts.
+    fn drop_slot(&self, _slot: &Self::Slot) {}
+
+    /// Called after each write, under the store's write lock: a chance to re-encode a few slots
+    /// (after a new compression dictionary) and to release what dead objects still pin.
+    fn maintain(&self, slots: &mut dyn SlotMap<Self::Slot>) {
+        self.tidy(slots);
+    }
+
+    /// Called after each read that may have decoded, under the store's read lock: releases what
+    /// dead objects still pin, a few slots at a time.
+    fn tidy(&self, _slots: &dyn SlotMap<Self::Slot>) {}
+
+    /// The storage's counters (without the object count, which the store adds).
+    fn stats(&self) -> CacheStats {
+        CacheStats::default()
+    }
+
+    /// The mode's name, for `Debug`.
+    fn name(&self) -> &'static str;
+}
+
+/// Slots by key, as the store holds them.
+// Only the compact storage looks slots up; the decoded one needs no upkeep.
+#[cfg_attr(not(feature = "compact"), allow(dead_code))]
+pub(crate) trait SlotMap<S> {
+    /// The slot under `key`.
+    fn slot(&self, key: &ObjectKey) -> Option<&S>;
+
+    /// The slot under `key`, to change it.
+    fn slot_mut(&mut self, key: &ObjectKey) -> Option<&mut S>;
+}
+
+/// Whether `labels` (absent: none) match `selector`.
+pub(crate) fn selector_matches(
+    selector: &Selector,
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+) -> bool {
+    use kube::core::SelectorExt;
+    if selector.selects_all() {
+        return true;
+    }
+    match labels {
+        Some(labels) => selector.matches(labels),
+        None => selector.matches(&Default::default()),
+    }
+}
+
+#[cfg(all(test, feature = "compact"))]
+mod tests;

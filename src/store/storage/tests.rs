@@ -1,0 +1,560 @@
+//! Compact storage against Decoded: a seeded model test, sharing without decoding, dictionary
+//! training and retraining, and unreadable blobs.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ObjectMeta;
+
+use super::{CacheStorage, CompactConfig, StorageError};
+use crate::{
+    IndexFn, Indexer, Indexers, NAMESPACE_INDEX, ObjectKey, StoreOp, parse_label_selector,
+};
+
+fn cm(
+    ns: &str,
+    name: &str,
+    rv: u64,
+    labels: &[(&str, &str)],
+    data: &[(&str, String)],
+) -> Arc<ConfigMap> {
+    Arc::new(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            resource_version: Some(rv.to_string()),
+            labels: (!labels.is_empty()).then(|| {
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect::<BTreeMap<_, _>>()
+            }),
+            ..Default::default()
+        },
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
+        ),
+        ..Default::default()
+    })
+}
+
+fn compact(config: CompactConfig) -> Indexer<ConfigMap> {
+    Indexer::with_storage(CacheStorage::Compact(config))
+}
+
+/// Indexes a ConfigMap under each of its data keys.
+fn data_key_index() -> IndexFn<ConfigMap> {
+    Arc::new(|c: &ConfigMap| c.data.iter().flatten().map(|(k, _)| k.clone()).collect())
+}
+
+/// Indexes a ConfigMap under its "tier" label.
+fn tier_index() -> IndexFn<ConfigMap> {
+    Arc::new(|c: &ConfigMap| {
+        c.metadata
+            .labels
+            .iter()
+            .flatten()
+            .filter(|(k, _)| *k == "tier")
+            .map(|(_, v)| v.clone())
+            .collect()
+    })
+}
+
+fn sorted_keys(mut v: Vec<ObjectKey>) -> Vec<ObjectKey> {
+    v.sort();
+    v
+}
+
+/// Objects sorted by key, compared by value.
+fn by_key(objs: Vec<Arc<ConfigMap>>) -> Vec<ConfigMap> {
+    let mut v: Vec<ConfigMap> = objs.iter().map(|o| (**o).clone()).collect();
+    v.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    v
+}
+
+struct Gen {
+    rng: fastrand::Rng,
+    rv: u64,
+}
+
+impl Gen {
+    fn object(&mut self) -> Arc<ConfigMap> {
+        self.rv += 1;
+        let ns = ["a", "b", "c"][self.rng.usize(..3)];
+        let name = format!("o{}", self.rng.usize(..40));
+        let tier = ["web", "db", "cache"][self.rng.usize(..3)];
+        let mut labels = vec![("tier", tier)];
+        if self.rng.bool() {
+            labels.push(("canary", "true"));
+        }
+        let mut data: Vec<(&str, String)> = Vec::new();
+        for k in ["x", "y", "z", "w"] {
+            if self.rng.bool() {
+                let v = format!("value-{}-{}", k, self.rng.u32(..1000));
+                data.push((k, v.repeat(self.rng.usize(1..20))));
+            }
+        }
+        cm(ns, &name, self.rv, &labels, &data)
+    }
+}
+
+/// Asserts that both stores answer every query the same, with deep-equal objects.
+fn assert_same(decoded: &Indexer<ConfigMap>, compact: &Indexer<ConfigMap>, step: usize) {
+    assert_eq!(
+        sorted_keys(decoded.list_keys()),
+        sorted_keys(compact.list_keys()),
+        "list_keys at step {step}"
+    );
+    assert_eq!(
+        by_key(decoded.list()),
+        by_key(compact.list()),
+        "list at step {step}"
+    );
+    for key in decoded.list_keys() {
+        let d = decoded.get_by_key(key.as_str()).map(|o| (*o).clone());
+        let c = compact.get_by_key(key.as_str()).map(|o| (*o).clone());
+        assert_eq!(d, c, "get {key} at step {step}");
+        assert_eq!(
+            decoded.resource_version_of(key.as_str()),
+            compact.resource_version_of(key.as_str()),
+            "resource_version_of {key} at step {step}"
+        );
+    }
+    assert!(compact.get_by_key("a/absent").is_none());
+    let mut names = decoded.indexers();
+    names.sort();
+    let mut cnames = compact.indexers();
+    cnames.sort();
+    assert_eq!(names, cnames, "indexers at step {step}");
+    for name in &names {
+        let mut values = decoded.list_index_func_values(name);
+        values.sort();
+        let mut cvalues = compact.list_index_func_values(name);
+        cvalues.sort();
+        assert_eq!(values, cvalues, "values of {name} at step {step}");
+        for value in values.iter().map(String::as_str).chain(["nothing"]) {
+            assert_eq!(
+                sorted_keys(decoded.index_keys(name, value).unwrap()),
+                sorted_keys(compact.index_keys(name, value).unwrap()),
+                "index_keys {name}={value} at step {step}"
+            );
+            assert_eq!(
+                by_key(decoded.by_index(name, value).unwrap()),
+                by_key(compact.by_index(name, value).unwrap()),
+                "by_index {name}={value} at step {step}"
+            );
+        }
+    }
+    for selector in ["tier=web", "canary", "!canary,tier in (db,cache)"] {
+        let selector = parse_label_selector(selector).unwrap();
+        assert_eq!(
+            by_key(decoded.list_selected(&selector)),
+            by_key(compact.list_selected(&selector)),
+            "list_selected {selector:?} at step {step}"
+        );
+        assert_eq!(
+            by_key(
+                decoded
+                    .by_index_selected(NAMESPACE_INDEX, "a", &selector)
+                    .unwrap()
+            ),
+            by_key(
+                compact
+                    .by_index_selected(NAMESPACE_INDEX, "a", &selector)
+                    .unwrap()
+            ),
+            "by_index_selected {selector:?} at step {step}"
+        );
+    }
+}
+
+/// A copy of `o` that the Decoded store does not hold, so the Compact one must decode what
+/// nobody else holds.
+fn own(o: &Arc<ConfigMap>) -> Arc<ConfigMap> {
+    Arc::new((**o).clone())
+}
+
+fn model_run(seed: u64) {
+    let mut g = Gen {
+        rng: fastrand::Rng::with_seed(seed),
+        rv: 0,
+    };
+    let decoded = Indexer::<ConfigMap>::new();
+    // Few samples and hot objects, so training, re-compression, eviction and decoding all happen.
+    let compact = compact(
+        CompactConfig::default()
+            .hot_objects(g.rng.usize(..4))
+            .dictionary_samples(30)
+            .dictionary_size(4096),
+    );
+    for step in 0..400 {
+        match g.rng.u8(..100) {
+            0..=44 => {
+                let o = g.object();
+                decoded.add(Arc::clone(&o)).unwrap();
+                compact.add(own(&o)).unwrap();
+            }
+            45..=59 => {
+                let o = g.object();
+                let d = decoded.insert(crate::key_of(&o).unwrap(), Arc::clone(&o));
+                let c = compact.insert(crate::key_of(&o).unwrap(), own(&o));
+                assert_eq!(
+                    d.map(|o| (*o).clone()),
+                    c.map(|o| (*o).clone()),
+                    "insert at {step}"
+                );
+            }
+            60..=74 => {
+                let o = g.object();
+                let key = crate::key_of(&o).unwrap();
+                let d = decoded.remove(&key);
+                let c = compact.remove(&key);
+                assert_eq!(
+                    d.map(|o| (*o).clone()),
+                    c.map(|o| (*o).clone()),
+                    "remove at {step}"
+                );
+                let o = g.object();
+                decoded.delete(&o).unwrap();
+                compact.delete(&o).unwrap();
+            }
+            75..=84 => {
+                let ops: Vec<(bool, Arc<ConfigMap>)> = (0..g.rng.usize(1..6))
+                    .map(|_| (g.rng.bool(), g.object()))
+                    .collect();
+                let to_ops = |ops: &[(bool, Arc<ConfigMap>)]| {
+                    ops.iter()
+                        .map(|(put, o)| {
+                            let key = crate::key_of(o).unwrap();
+                            if *put {
+                                StoreOp::Put(key, own(o))
+                            } else {
+                                StoreOp::Remove(key)
+                            }
+                        })
+                        .collect()
+                };
+                let rv = g.rv.to_string();
+                let d = decoded.transaction(
+                    ops.iter()
+                        .map(|(put, o)| {
+                            let key = crate::key_of(o).unwrap();
+                            if *put {
+                                StoreOp::Put(key, Arc::clone(o))
+                            } else {
+                                StoreOp::Remove(key)
+                            }
+                        })
+                        .collect(),
+                    Some(&rv),
+                );
+                let c = compact.transaction(to_ops(&ops), Some(&rv));
+                let deep = |v: Vec<Option<Arc<ConfigMap>>>| {
+                    v.into_iter()
+                        .map(|o| o.map(|o| (*o).clone()))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(deep(d), deep(c), "transaction at {step}");
+            }
+            85..=91 => {
+                let objs: Vec<Arc<ConfigMap>> =
+                    (0..g.rng.usize(..60)).map(|_| g.object()).collect();
+                compact.replace(objs.iter().map(own).collect()).unwrap();
+                decoded.replace(objs).unwrap();
+            }
+            92..=95 => {
+                // A resync stores the cached object again.
+                if let Some(key) = decoded.list_keys().first() {
+                    let d = decoded.get_by_key(key.as_str()).unwrap();
+                    let c = compact.get_by_key(key.as_str()).unwrap();
+                    decoded.add(d).unwrap();
+                    compact.add(c).unwrap();
+                }
+            }
+            _ => {
+                let name = if decoded.indexers().len() == 1 {
+                    "data-key"
+                } else {
+                    "tier"
+                };
+                if !decoded.indexers().iter().any(|n| n == name) {
+                    let func = if name == "data-key" {
+                        data_key_index()
+                    } else {
+                        tier_index()
+                    };
+                    decoded
+                        .add_indexers(Indexers::from([(name.to_owned(), Arc::clone(&func))]))
+                        .unwrap();
+                    compact
+                        .add_indexers(Indexers::from([(name.to_owned(), func)]))
+                        .unwrap();
+                }
+            }
+        }
+        assert_eq!(
+            decoded.last_store_sync_resource_version(),
+            compact.last_store_sync_resource_version()
+        );
+        if step % 10 == 0 {
+            assert_same(&decoded, &compact, step);
+        }
+    }
+    assert_same(&decoded, &compact, 400);
+    let stats = compact.stats();
+    assert_eq!(stats.decode_errors, 0);
+    assert!(stats.decodes > 0, "{stats:?}");
+    assert_eq!(decoded.stats().decodes, 0);
+}
+
+#[test]
+fn compact_answers_every_query_as_decoded_does() {
+    let seeds: Vec<u64> = match std::env::var("KUBE_INFORMER_STORAGE_SEED") {
+        Ok(s) => vec![s.parse().expect("numeric seed")],
+        Err(_) => (0..12).collect(),
+    };
+    for seed in seeds {
+        let result = std::panic::catch_unwind(|| model_run(seed));
+        assert!(
+            result.is_ok(),
+            "seed {seed} failed; replay: KUBE_INFORMER_STORAGE_SEED={seed} cargo test --lib --features compact compact_answers"
+        );
+    }
+}
+
+#[test]
+fn a_held_object_comes_back_without_decoding() {
+    let store = compact(CompactConfig::default().hot_objects(0));
+    let a = cm("ns", "a", 1, &[], &[("k", "v".into())]);
+    store.add(Arc::clone(&a)).unwrap();
+    // Held by the caller: the same Arc, nothing decoded.
+    assert!(Arc::ptr_eq(&store.get_by_key("ns/a").unwrap(), &a));
+    assert!(Arc::ptr_eq(&store.list()[0], &a));
+    assert!(Arc::ptr_eq(
+        &store.by_index(NAMESPACE_INDEX, "ns").unwrap()[0],
+        &a
+    ));
+    assert_eq!(store.stats().decodes, 0);
+    assert_eq!(store.stats().shared_hits, 3);
+    drop(a);
+    // Nobody holds it and no ring: decoded once, then shared while held.
+    let first = store.get_by_key("ns/a").unwrap();
+    assert_eq!(store.stats().decodes, 1);
+    let second = store.get_by_key("ns/a").unwrap();
+    assert!(Arc::ptr_eq(&first, &second));
+    assert_eq!(store.stats().decodes, 1);
+    // The old object of an update comes from the held one too.
+    let old = store.insert(
+        ObjectKey::parse("ns/a").unwrap(),
+        cm("ns", "a", 2, &[], &[]),
+    );
+    assert!(Arc::ptr_eq(&old.unwrap(), &first));
+    assert_eq!(store.stats().decodes, 1);
+    // Removing without wanting the object does not decode it.
+    drop((first, second));
+    store.delete(&cm("ns", "a", 2, &[], &[])).unwrap();
+    assert_eq!(store.stats().decodes, 1);
+    assert!(store.is_empty());
+}
+
+#[test]
+fn hot_objects_stay_decoded_for_later_reads() {
+    let store = compact(CompactConfig::default().hot_objects(2));
+    for i in 0..3 {
+        store.add(cm("ns", &format!("o{i}"), i, &[], &[])).unwrap();
+    }
+    // The two stored last are still in the ring; the first fell out.
+    store.get_by_key("ns/o1").unwrap();
+    store.get_by_key("ns/o2").unwrap();
+    assert_eq!(store.stats().decodes, 0);
+    store.get_by_key("ns/o0").unwrap();
+    assert_eq!(store.stats().decodes, 1);
+}
+
+#[test]
+fn a_scan_of_cold_objects_does_not_push_hot_ones_out() {
+    let store = compact(CompactConfig::default().hot_objects(4));
+    for i in 0..100 {
+        store
+            .add(cm("cold", &format!("o{i}"), i, &[], &[]))
+            .unwrap();
+    }
+    // Stored last: the ring holds these four.
+    for i in 0..4 {
+        store.add(cm("hot", &format!("h{i}"), i, &[], &[])).unwrap();
+    }
+    assert_eq!(store.by_index(NAMESPACE_INDEX, "cold").unwrap().len(), 100);
+    assert_eq!(store.stats().decodes, 100);
+    for i in 0..4 {
+        store.get_by_key(&format!("hot/h{i}")).unwrap();
+    }
+    assert_eq!(store.stats().decodes, 100, "a hot object was pushed out");
+    // A cold object decoded twice within the ring's size of decodes is admitted: the third read
+    // does not decode.
+    store.get_by_key("cold/o7").unwrap();
+    store.get_by_key("cold/o7").unwrap();
+    assert_eq!(store.stats().decodes, 102);
+    store.get_by_key("cold/o7").unwrap();
+    assert_eq!(store.stats().decodes, 102);
+}
+
+/// A ConfigMap whose data follows one of two shapes, so a dictionary trained on one compresses
+/// the other badly.
+fn shaped(shape: u8, i: usize) -> Arc<ConfigMap> {
+    let body = match shape {
+        0 => format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: service-{i}\n  labels:\n    app: checkout\nspec:\n  replicas: {}\n  template:\n    spec:\n      containers:\n      - name: main\n        image: registry.example.com/checkout:v{}\n",
+            i % 7,
+            i % 13
+        ),
+        _ => format!(
+            "{{\"zones\":[\"{i:08x}\",\"{:08x}\"],\"weights\":{{\"alpha\":{},\"omega\":{}}},\"checksum\":\"{:016x}\"}}",
+            i * 7919,
+            i % 31,
+            i % 17,
+            (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ),
+    };
+    cm(
+        "ns",
+        &format!("s{shape}-{i}"),
+        i as u64,
+        &[],
+        &[("config", body.repeat(3))],
+    )
+}
+
+/// Stores `again` until the cache has trained `n` dictionaries: training runs on a thread of its
+/// own, and a trained dictionary is put in use by the next write.
+fn wait_for_trainings(store: &Indexer<ConfigMap>, n: u64, again: &Arc<ConfigMap>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.stats().dictionary_trainings < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dictionary {n} never trained (likely deadlocked): {:?}",
+            store.stats()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        store.add(own(again)).unwrap();
+    }
+    assert_eq!(store.stats().dictionary_trainings, n);
+}
+
+#[test]
+fn a_dictionary_is_trained_from_the_first_objects_and_recompresses_them() {
+    let store = compact(
+        CompactConfig::default()
+            .dictionary_samples(100)
+            .dictionary_size(8192),
+    );
+    for i in 0..99 {
+        store.add(shaped(0, i)).unwrap();
+    }
+    let plain = store.stats();
+    assert_eq!(plain.dictionary_trainings, 0);
+    wait_for_trainings(&store, 1, &shaped(0, 99));
+    // Each write re-compresses 32 of the objects compressed before the dictionary.
+    for _ in 0..4 {
+        store.add(shaped(0, 99)).unwrap();
+    }
+    let trained = store.stats();
+    // The first 99 were re-compressed with the dictionary: the cache shrank.
+    assert!(
+        trained.stored_bytes < plain.stored_bytes,
+        "plain {plain:?}, trained {trained:?}"
+    );
+    // And still read back as stored.
+    for i in 0..100 {
+        let o = shaped(0, i);
+        let key = crate::key_of(&o).unwrap();
+        assert_eq!(*store.get_by_key(key.as_str()).unwrap(), *o);
+    }
+}
+
+#[test]
+fn the_dictionary_is_retrained_when_the_ratio_degrades() {
+    let samples = 100;
+    let store = compact(
+        CompactConfig::default()
+            .dictionary_samples(samples)
+            .dictionary_size(8192)
+            .retrain_factor(1.5),
+    );
+    for i in 0..samples {
+        store.add(shaped(0, i)).unwrap();
+    }
+    wait_for_trainings(&store, 1, &shaped(0, 0));
+    // More of the same shape: the ratio holds, no retraining.
+    for i in samples..3 * samples {
+        store.add(shaped(0, i)).unwrap();
+    }
+    assert_eq!(store.stats().dictionary_trainings, 1);
+    // A new shape: one window of bad ratio starts collecting, the next window trains.
+    for i in 0..2 * samples {
+        store.add(shaped(1, i)).unwrap();
+    }
+    wait_for_trainings(&store, 2, &shaped(1, 0));
+    // Objects of both shapes, under both dictionaries, read back as stored.
+    for (shape, i) in [(0, 0), (0, 250), (1, 0), (1, 199)] {
+        let o = shaped(shape, i);
+        let key = crate::key_of(&o).unwrap();
+        assert_eq!(*store.get_by_key(key.as_str()).unwrap(), *o);
+    }
+    assert_eq!(store.stats().decode_errors, 0);
+}
+
+#[test]
+fn no_dictionary_below_the_sample_count_and_none_when_disabled() {
+    let store = compact(CompactConfig::default().dictionary_samples(0));
+    for i in 0..300 {
+        store.add(shaped(0, i)).unwrap();
+    }
+    assert_eq!(store.stats().dictionary_trainings, 0);
+    let stats = store.stats();
+    assert!(stats.stored_bytes < stats.encoded_bytes, "{stats:?}");
+}
+
+mod unreadable {
+    use super::*;
+    use kube::CustomResource;
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize, Serializer};
+
+    /// Serializes `n` as a string, which its `Deserialize` rejects: a type whose serde impls
+    /// disagree, the one way a stored object can fail to decode.
+    fn as_string<S: Serializer>(n: &u32, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&n.to_string())
+    }
+
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+    #[kube(group = "example.com", version = "v1", kind = "Odd", namespaced)]
+    pub struct OddSpec {
+        #[serde(serialize_with = "as_string")]
+        n: u32,
+    }
+
+    #[test]
+    fn a_stored_object_that_does_not_decode_is_a_typed_error_never_a_panic() {
+        let store = Indexer::<Odd>::with_storage(CacheStorage::Compact(
+            CompactConfig::default().hot_objects(0),
+        ));
+        let mut odd = Odd::new("a", OddSpec { n: 7 });
+        odd.metadata.namespace = Some("ns".into());
+        store.add(Arc::new(odd)).unwrap();
+        // Nobody holds it: reads must decode, and cannot.
+        assert!(store.get_by_key("ns/a").is_none());
+        assert!(matches!(
+            store.try_get_by_key("ns/a"),
+            Err(StorageError::Decode { key, reason }) if key.as_str() == "ns/a" && !reason.contains('7')
+        ));
+        assert!(store.list().is_empty());
+        // Keys and indices do not need the object.
+        assert_eq!(store.list_keys().len(), 1);
+        assert_eq!(store.index_keys(NAMESPACE_INDEX, "ns").unwrap().len(), 1);
+        assert_eq!(store.stats().decode_errors, 3);
+    }
+}
