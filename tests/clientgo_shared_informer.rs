@@ -1314,6 +1314,46 @@ async fn a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check(
     stop(&informer).await;
 }
 
+/// Calls `$run!` with every test of this file, so each mode below lists them once.
+macro_rules! every_test {
+    ($run:ident) => {
+        $run!(
+            indexer,
+            listener_resync_periods_undelayed,
+            listener_resync_periods_delayed,
+            resync_check_period,
+            shared_informer_initialization_race,
+            shared_informer_watch_disruption,
+            shared_informer_watch_disruption_by_broken_connection,
+            shared_informer_error_handling,
+            shared_informer_start_race,
+            shared_informer_transformer,
+            shared_informer_remove_handler,
+            shared_informer_remove_foreign_handler,
+            shared_informer_remove_foreign_handler_keeps_the_foreign_informers_own,
+            shared_informer_multiple_registration,
+            removing_removed_shared_informer,
+            shared_informer_handler_abuse,
+            state_shared_informer,
+            add_on_stopped_shared_informer,
+            remove_on_stopped_shared_informer,
+            remove_while_active,
+            add_while_active,
+            shutdown_handler_added_before_run,
+            shutdown_handler_added_after_sync,
+            shutdown_never_run,
+            event_panics_simple,
+            event_panics_many,
+            remove_event_handler_asynchronous_panic,
+            remove_event_handler_synchronous_shutdown,
+            shut_down_event_handler_informer_never_started,
+            shut_down_event_handler_started_then_added,
+            shut_down_event_handler_added_then_started,
+            a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check,
+        );
+    };
+}
+
 /// Every test of this file again, on in-order informers (`FifoMode::InOrder`): what client-go
 /// v0.37 runs them on.
 mod in_order {
@@ -1330,40 +1370,7 @@ mod in_order {
         )*};
     }
 
-    in_order!(
-        indexer,
-        listener_resync_periods_undelayed,
-        listener_resync_periods_delayed,
-        resync_check_period,
-        shared_informer_initialization_race,
-        shared_informer_watch_disruption,
-        shared_informer_watch_disruption_by_broken_connection,
-        shared_informer_error_handling,
-        shared_informer_start_race,
-        shared_informer_transformer,
-        shared_informer_remove_handler,
-        shared_informer_remove_foreign_handler,
-        shared_informer_remove_foreign_handler_keeps_the_foreign_informers_own,
-        shared_informer_multiple_registration,
-        removing_removed_shared_informer,
-        shared_informer_handler_abuse,
-        state_shared_informer,
-        add_on_stopped_shared_informer,
-        remove_on_stopped_shared_informer,
-        remove_while_active,
-        add_while_active,
-        shutdown_handler_added_before_run,
-        shutdown_handler_added_after_sync,
-        shutdown_never_run,
-        event_panics_simple,
-        event_panics_many,
-        remove_event_handler_asynchronous_panic,
-        remove_event_handler_synchronous_shutdown,
-        shut_down_event_handler_informer_never_started,
-        shut_down_event_handler_started_then_added,
-        shut_down_event_handler_added_then_started,
-        a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check,
-    );
+    every_test!(in_order);
 }
 
 /// Every test of this file again, with a compact cache (`CacheStorage::Compact`, no hot objects)
@@ -1381,38 +1388,5 @@ mod compact {
         )*};
     }
 
-    compact!(
-        indexer,
-        listener_resync_periods_undelayed,
-        listener_resync_periods_delayed,
-        resync_check_period,
-        shared_informer_initialization_race,
-        shared_informer_watch_disruption,
-        shared_informer_watch_disruption_by_broken_connection,
-        shared_informer_error_handling,
-        shared_informer_start_race,
-        shared_informer_transformer,
-        shared_informer_remove_handler,
-        shared_informer_remove_foreign_handler,
-        shared_informer_remove_foreign_handler_keeps_the_foreign_informers_own,
-        shared_informer_multiple_registration,
-        removing_removed_shared_informer,
-        shared_informer_handler_abuse,
-        state_shared_informer,
-        add_on_stopped_shared_informer,
-        remove_on_stopped_shared_informer,
-        remove_while_active,
-        add_while_active,
-        shutdown_handler_added_before_run,
-        shutdown_handler_added_after_sync,
-        shutdown_never_run,
-        event_panics_simple,
-        event_panics_many,
-        remove_event_handler_asynchronous_panic,
-        remove_event_handler_synchronous_shutdown,
-        shut_down_event_handler_informer_never_started,
-        shut_down_event_handler_started_then_added,
-        shut_down_event_handler_added_then_started,
-        a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check,
-    );
+    every_test!(compact);
 }
