@@ -112,6 +112,7 @@ pub mod leader;
 pub mod lister;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
+pub mod protobuf;
 pub mod reflector;
 pub mod selector;
 pub mod sharding;
