@@ -4,8 +4,7 @@
 //! decodes from protobuf unchanged.
 
 use serde::de::{
-    self, DeserializeSeed, MapAccess, SeqAccess, Visitor,
-    value::BorrowedStrDeserializer,
+    self, DeserializeSeed, MapAccess, SeqAccess, Visitor, value::BorrowedStrDeserializer,
 };
 
 use super::{
@@ -206,7 +205,10 @@ impl<'de> MessageAccess<'de> {
             let start = frame.reader.rest();
             let (number, wire) = frame.reader.tag()?;
             let message = frame.message;
-            let Some(index) = message.fields.binary_search_by_key(&number, |f| f.number).ok()
+            let Some(index) = message
+                .fields
+                .binary_search_by_key(&number, |f| f.number)
+                .ok()
             else {
                 // A field of a newer server.
                 frame.reader.value(wire)?;
@@ -311,7 +313,9 @@ impl<'de> MapAccess<'de> for MessageAccess<'de> {
             }
         }
         match self.next_field()? {
-            Some(name) => seed.deserialize(BorrowedStrDeserializer::new(name)).map(Some),
+            Some(name) => seed
+                .deserialize(BorrowedStrDeserializer::new(name))
+                .map(Some),
             None => Ok(None),
         }
     }
@@ -320,7 +324,9 @@ impl<'de> MapAccess<'de> for MessageAccess<'de> {
         match self.pending.take() {
             Some(Pending::Str(s)) => seed.deserialize(BorrowedStrDeserializer::new(s)),
             Some(Pending::Value(value)) => seed.deserialize(value),
-            None => Err(de::Error::custom("a map value was asked for before its key")),
+            None => Err(de::Error::custom(
+                "a map value was asked for before its key",
+            )),
         }
     }
 }

@@ -30,7 +30,12 @@ pub(crate) const TIME_LEN: usize = 27;
 /// `time.RFC3339` (`2006-01-02T15:04:05Z`), or with `micro` as `RFC3339Micro`
 /// (`2006-01-02T15:04:05.000000Z`, the nanoseconds truncated). `None` for a year outside
 /// 0 to 9999, which RFC 3339 cannot write.
-pub(crate) fn rfc3339(seconds: i64, nanos: i64, micro: bool, buf: &mut [u8; TIME_LEN]) -> Option<&str> {
+pub(crate) fn rfc3339(
+    seconds: i64,
+    nanos: i64,
+    micro: bool,
+    buf: &mut [u8; TIME_LEN],
+) -> Option<&str> {
     // Nanoseconds out of 0..1e9 carry into the seconds, as Go's `time.Unix` does.
     let seconds = seconds.checked_add(nanos.div_euclid(1_000_000_000))?;
     let nanos = nanos.rem_euclid(1_000_000_000);
@@ -114,7 +119,11 @@ pub(crate) fn go_duration(nanos: i64) -> String {
     } else if u < 1_000_000 {
         out.push_str(&format!("{}{}µs", u / 1_000, fraction(u % 1_000, 3)));
     } else if u < 1_000_000_000 {
-        out.push_str(&format!("{}{}ms", u / 1_000_000, fraction(u % 1_000_000, 6)));
+        out.push_str(&format!(
+            "{}{}ms",
+            u / 1_000_000,
+            fraction(u % 1_000_000, 6)
+        ));
     } else {
         let secs = u / 1_000_000_000;
         let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
@@ -167,16 +176,31 @@ mod tests {
             rfc3339(1_700_000_000, 123_456_789, true, &mut buf),
             Some("2023-11-14T22:13:20.123456Z")
         );
-        assert_eq!(rfc3339(951_782_400, 0, true, &mut buf), Some("2000-02-29T00:00:00.000000Z"));
-        assert_eq!(rfc3339(-1, 0, false, &mut buf), Some("1969-12-31T23:59:59Z"));
+        assert_eq!(
+            rfc3339(951_782_400, 0, true, &mut buf),
+            Some("2000-02-29T00:00:00.000000Z")
+        );
+        assert_eq!(
+            rfc3339(-1, 0, false, &mut buf),
+            Some("1969-12-31T23:59:59Z")
+        );
         // Go's zero time, year 1.
-        assert_eq!(rfc3339(-62_135_596_800, 0, false, &mut buf), Some("0001-01-01T00:00:00Z"));
-        assert_eq!(rfc3339(253_402_300_799, 0, false, &mut buf), Some("9999-12-31T23:59:59Z"));
+        assert_eq!(
+            rfc3339(-62_135_596_800, 0, false, &mut buf),
+            Some("0001-01-01T00:00:00Z")
+        );
+        assert_eq!(
+            rfc3339(253_402_300_799, 0, false, &mut buf),
+            Some("9999-12-31T23:59:59Z")
+        );
         assert_eq!(rfc3339(253_402_300_800, 0, false, &mut buf), None);
         assert_eq!(rfc3339(i64::MAX, 0, false, &mut buf), None);
         assert_eq!(rfc3339(i64::MIN, -1, false, &mut buf), None);
         // Nanoseconds carry into seconds.
-        assert_eq!(rfc3339(0, -1_000, true, &mut buf), Some("1969-12-31T23:59:59.999999Z"));
+        assert_eq!(
+            rfc3339(0, -1_000, true, &mut buf),
+            Some("1969-12-31T23:59:59.999999Z")
+        );
     }
 
     #[test]

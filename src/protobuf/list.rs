@@ -150,7 +150,8 @@ impl<K: DeserializeOwned, T> ProtobufListDecoder<K, T> {
             self.buf.clear();
             self.pos = 0;
             let used = self.parser.run(chunk, false, map)?;
-            self.buf.extend_from_slice(chunk.get(used..).unwrap_or_default());
+            self.buf
+                .extend_from_slice(chunk.get(used..).unwrap_or_default());
             return Ok(());
         }
         self.buf.extend_from_slice(chunk);
@@ -289,11 +290,17 @@ impl<K: DeserializeOwned, T> Parser<K, T> {
                 let Some(field) = whole(data, h)? else {
                     return Ok(Some(Step::Wait));
                 };
-                let (number, raw) = Reader::new(field).field()?.ok_or(Error::new(ErrorKind::Truncated))?;
+                let (number, raw) = Reader::new(field)
+                    .field()?
+                    .ok_or(Error::new(ErrorKind::Truncated))?;
                 match number {
                     unknown::TYPE_META => {
                         let wire::Raw::Len(b) = raw else {
-                            return Err(Error::at_field(ErrorKind::WrongWireType, "Unknown", number));
+                            return Err(Error::at_field(
+                                ErrorKind::WrongWireType,
+                                "Unknown",
+                                number,
+                            ));
                         };
                         let (api_version, kind) = envelope::type_meta(b)?;
                         self.list = Some(self.list_messages(api_version, kind)?);
@@ -392,12 +399,9 @@ impl<K: DeserializeOwned, T> Parser<K, T> {
                 Ok(())
             }
             Err(e) if e.is_data() => {
-                let peek = PeekObject::deserialize(MessageDeserializer::new(
-                    bytes,
-                    self.schema,
-                    item,
-                ))
-                .unwrap_or_default();
+                let peek =
+                    PeekObject::deserialize(MessageDeserializer::new(bytes, self.schema, item))
+                        .unwrap_or_default();
                 let error = DecodeError {
                     what: "list item",
                     error: Cause::Protobuf(e),

@@ -91,7 +91,8 @@ impl LengthPrefixFramer {
         if buffered {
             self.buf.drain(..start);
         } else {
-            self.buf.extend_from_slice(chunk.get(start..).unwrap_or_default());
+            self.buf
+                .extend_from_slice(chunk.get(start..).unwrap_or_default());
         }
         Ok(frames)
     }

@@ -251,7 +251,11 @@ mod tests {
         assert_eq!(split_tag(0x0d).unwrap(), (1, WireType::Fixed32));
         assert_eq!(split_tag(0x09).unwrap(), (1, WireType::Fixed64));
         for bad in [0x02, 0x0b, 0x0c, 0x0e, 0x0f, 1 << 40] {
-            assert_eq!(split_tag(bad).unwrap_err().kind(), ErrorKind::BadTag, "{bad}");
+            assert_eq!(
+                split_tag(bad).unwrap_err().kind(),
+                ErrorKind::BadTag,
+                "{bad}"
+            );
         }
     }
 
