@@ -238,6 +238,30 @@ mod tests {
         }
     }
 
+    /// Each root's message is its kind, of its group version's Go package (or apimachinery's
+    /// meta for WatchEvent, Status, the options kinds...).
+    #[test]
+    fn roots_name_their_own_message() {
+        for r in BUILTIN.roots {
+            let name = BUILTIN.message(r.message).name;
+            let (package, kind) = name.rsplit_once('.').unwrap();
+            assert_eq!(kind, r.kind, "{r:?} is {name}");
+            if package == "k8s.io.apimachinery.pkg.apis.meta.v1" {
+                continue;
+            }
+            let version = r.api_version.rsplit('/').next().unwrap();
+            assert!(package.ends_with(&format!(".{version}")), "{r:?} is {name}");
+            let group = r.api_version.rsplit_once('/').map_or("core", |(g, _)| g);
+            let group = group.split('.').next().unwrap();
+            let group = if group == "internal" {
+                "apiserverinternal"
+            } else {
+                group
+            };
+            assert!(package.contains(&format!(".{group}.")), "{r:?} is {name}");
+        }
+    }
+
     #[test]
     fn fields_are_sorted_unique_and_ids_in_range() {
         let in_range = |id: MessageId| usize::from(id.0) < BUILTIN.messages.len();
@@ -416,6 +440,13 @@ mod tests {
         assert_eq!(field(event, "eventTime").ty, Type::MicroTime);
         assert_eq!(field(event, "deprecatedFirstTimestamp").ty, Type::Time);
         let series = message_of(field(event, "series").ty);
+        // Not core/v1's EventSeries: Go types of the same name in two packages are two messages.
+        assert_eq!(series.name, "k8s.io.api.events.v1.EventSeries");
+        let slice = root("discovery.k8s.io/v1", "EndpointSlice");
+        assert_eq!(
+            message_of(field(slice, "ports").ty).name,
+            "k8s.io.api.discovery.v1.EndpointPort"
+        );
         assert_eq!(field(series, "lastObservedTime").ty, Type::MicroTime);
 
         let lease = message_of(field(root("coordination.k8s.io/v1", "Lease"), "spec").ty);
