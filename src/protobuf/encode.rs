@@ -23,11 +23,7 @@ use serde_json::{Map, Value};
 
 use super::schema::{BUILTIN, Card, Field, MessageId, Schema, Type};
 
-/// The prefix of every non-stream protobuf body (`k8s` + NUL).
-pub const MAGIC: &[u8; 4] = b"k8s\0";
-
-/// The media type of protobuf bodies.
-pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+pub use super::{CONTENT_TYPE, MAGIC};
 
 /// The media type of protobuf watch streams, as kube-apiserver sends it.
 pub const WATCH_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
@@ -563,6 +559,20 @@ fn scalar(out: &mut Vec<u8>, number: u32, ty: Type, v: &Value) -> Result<(), Enc
             put_bytes(&mut m, 1, &raw);
             put_bytes(out, number, &m);
         }
+        Type::Strings => {
+            let items = v
+                .as_array()
+                .ok_or_else(|| wrong("an array of strings", v))?;
+            let mut m = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                put_bytes(
+                    &mut m,
+                    1,
+                    str_of(item).map_err(|e| e.at(&Seg::Index(i)))?.as_bytes(),
+                );
+            }
+            put_bytes(out, number, &m);
+        }
         // Messages are `Encoder::value`'s.
         Type::Message(_)
         | Type::SchemaPropsOrArray(_)
@@ -598,7 +608,7 @@ fn unknown(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
     put_bytes(&mut type_meta, 1, api_version.as_bytes());
     put_bytes(&mut type_meta, 2, kind.as_bytes());
     let mut out = Vec::with_capacity(MAGIC.len() + type_meta.len() + raw.len() + 16);
-    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&MAGIC);
     put_bytes(&mut out, 1, &type_meta);
     put_bytes(&mut out, 2, raw);
     put_bytes(&mut out, 3, b"");

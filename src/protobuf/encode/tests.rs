@@ -48,6 +48,7 @@ static MESSAGES: [Message; 6] = [
             f(20, "children", Type::Message(META), R),
             f(21, "u64", Type::Uint64, S),
             f(22, "counts", Type::Int32, Card::Map(Type::Int32)),
+            f(23, "verbs", Type::Strings, S),
             Field {
                 inline: true,
                 ..f(30, "", Type::Message(MessageId(2)), S)
@@ -413,6 +414,28 @@ fn repeated_fields_are_unpacked_occurrences() {
     );
     assert!(matches!(
         err(json!({"tags": "a"})),
+        EncodeError::WrongType { .. }
+    ));
+}
+
+#[test]
+fn string_lists_with_their_own_message() {
+    // `{repeated string items = 1}` around the array.
+    assert_eq!(
+        thing(json!({"verbs": ["get", ""]})),
+        [0xba, 0x01, 7, 0x0a, 3, b'g', b'e', b't', 0x0a, 0]
+    );
+    assert_eq!(thing(json!({"verbs": []})), [0xba, 0x01, 0]);
+    assert_eq!(
+        err(json!({"verbs": ["a", 1]})),
+        EncodeError::WrongType {
+            path: ".verbs[1]".into(),
+            expected: "a string",
+            found: "a number"
+        }
+    );
+    assert!(matches!(
+        err(json!({"verbs": "get"})),
         EncodeError::WrongType { .. }
     ));
 }
