@@ -321,7 +321,11 @@ impl WireFormat {
     }
 
     fn of_response<B>(res: &http::Response<B>) -> Self {
-        match res.headers().get(http::header::CONTENT_TYPE).map(|v| v.to_str()) {
+        match res
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .map(|v| v.to_str())
+        {
             Some(Ok(ct)) if Self::is_protobuf_content_type(ct) => Self::Protobuf,
             _ => Self::Json,
         }
@@ -489,7 +493,9 @@ impl<K> ApiListerWatcher<K> {
         // The media ranges client-go's clientsets and metadata client send.
         let accept = match (self.wire_format, self.metadata_only, watch) {
             (WireFormat::Json, false, _) => "application/json",
-            (WireFormat::Protobuf, false, _) => "application/vnd.kubernetes.protobuf,application/json",
+            (WireFormat::Protobuf, false, _) => {
+                "application/vnd.kubernetes.protobuf,application/json"
+            }
             (WireFormat::Json, true, false) => {
                 "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
             }
@@ -725,7 +731,10 @@ impl<K: DeserializeOwned, T> BodyDecoder<K, T> {
         }
     }
 
-    fn finish(self, map: &mut dyn FnMut(K) -> T) -> Result<ListPage<T>, super::decode::DecodeError> {
+    fn finish(
+        self,
+        map: &mut dyn FnMut(K) -> T,
+    ) -> Result<ListPage<T>, super::decode::DecodeError> {
         match self {
             Self::Json(d) => d.finish(map),
             Self::Protobuf(d) => d.finish(map),
@@ -819,7 +828,7 @@ where
 /// Splits a watch body into events: JSON lines, or protobuf frames.
 enum EventFramer {
     Lines { framer: LineFramer, limit: usize },
-    Frames(crate::protobuf::FrameReader),
+    Frames(crate::protobuf::LengthPrefixFramer),
 }
 
 impl EventFramer {
@@ -829,7 +838,7 @@ impl EventFramer {
                 framer: LineFramer::new(),
                 limit,
             },
-            WireFormat::Protobuf => Self::Frames(crate::protobuf::FrameReader::new(limit)),
+            WireFormat::Protobuf => Self::Frames(crate::protobuf::LengthPrefixFramer::new(limit)),
         }
     }
 
@@ -841,15 +850,15 @@ impl EventFramer {
                 out.extend(framer.push(chunk));
                 framer.pending().len() > *limit
             }
-            Self::Frames(reader) => match reader.push(chunk) {
+            // A frame declaring more than the limit fails at once (its bytes are not waited
+            // for); the events before it in the same chunk are fetched again by the re-watch
+            // from the last resourceVersion seen.
+            Self::Frames(framer) => match framer.push(chunk) {
                 Ok(frames) => {
                     out.extend(frames);
                     false
                 }
-                Err(frames) => {
-                    out.extend(frames);
-                    true
-                }
+                Err(_) => true,
             },
         }
     }
@@ -858,7 +867,7 @@ impl EventFramer {
     fn pending(&self) -> usize {
         match self {
             Self::Lines { framer, .. } => framer.pending().len(),
-            Self::Frames(reader) => reader.pending(),
+            Self::Frames(framer) => framer.pending().len(),
         }
     }
 
@@ -885,7 +894,7 @@ impl EventFramer {
 }
 
 fn status_from_body(code: u16, body: &[u8]) -> Status {
-    let decoded = if crate::protobuf::has_magic(body) {
+    let decoded = if body.starts_with(&crate::protobuf::MAGIC) {
         crate::protobuf::decode_object::<Status>(body, &Projection::none()).ok()
     } else {
         serde_json::from_slice::<Status>(body).ok()
@@ -897,7 +906,7 @@ fn status_from_body(code: u16, body: &[u8]) -> Status {
             }
             s
         }
-        _ if crate::protobuf::has_magic(body) => {
+        _ if body.starts_with(&crate::protobuf::MAGIC) => {
             let mut s = Status::failure("an undecodable protobuf Status", "");
             s.code = code;
             s

@@ -26,7 +26,11 @@ fn config_map(i: usize) -> ConfigMap {
 }
 
 /// Every cached object deep-equals the server's (a consistent list), and no more or fewer.
-async fn cache_equals_server(what: &str, api: &Api<ConfigMap>, informer: &SharedIndexInformer<ConfigMap>) {
+async fn cache_equals_server(
+    what: &str,
+    api: &Api<ConfigMap>,
+    informer: &SharedIndexInformer<ConfigMap>,
+) {
     let mut last = String::new();
     let deadline = tokio::time::Instant::now() + CONVERGE_TIMEOUT;
     loop {
@@ -74,10 +78,16 @@ async fn a_compact_cache_equals_the_server_after_writes_and_a_forced_relist() {
     }
     // A small dictionary sample so the dictionary is trained (and objects re-encoded with it)
     // during the test, not only after 1,000 objects.
-    let storage = CacheStorage::Compact(CompactConfig::default().dictionary_samples(100).hot_objects(16));
+    let storage = CacheStorage::Compact(
+        CompactConfig::default()
+            .dictionary_samples(100)
+            .hot_objects(16),
+    );
     let factory = SharedInformerFactory::new(
         cluster.admin(),
-        crate::common::factory_config().namespace(ns).cache_storage(storage),
+        crate::common::factory_config()
+            .namespace(ns)
+            .cache_storage(storage),
     );
     let informer = factory.informer::<ConfigMap>();
     factory.start();
@@ -85,15 +95,23 @@ async fn a_compact_cache_equals_the_server_after_writes_and_a_forced_relist() {
     cache_equals_server("after the initial list", &cms, &informer).await;
 
     for i in 0..40 {
-        let patch = Patch::Merge(json!({"data": {"config.yaml": format!("changed {i}")}, "metadata": {"labels": {"step": "updated"}}}));
-        within("update", cms.patch(&format!("cm-{i}"), &PatchParams::default(), &patch))
-            .await
-            .expect("update");
+        let patch = Patch::Merge(
+            json!({"data": {"config.yaml": format!("changed {i}")}, "metadata": {"labels": {"step": "updated"}}}),
+        );
+        within(
+            "update",
+            cms.patch(&format!("cm-{i}"), &PatchParams::default(), &patch),
+        )
+        .await
+        .expect("update");
     }
     for i in 40..60 {
-        within("delete", cms.delete(&format!("cm-{i}"), &DeleteParams::default()))
-            .await
-            .expect("delete");
+        within(
+            "delete",
+            cms.delete(&format!("cm-{i}"), &DeleteParams::default()),
+        )
+        .await
+        .expect("delete");
     }
     for i in 300..320 {
         within("create", cms.create(&PostParams::default(), &config_map(i)))
@@ -108,15 +126,21 @@ async fn a_compact_cache_equals_the_server_after_writes_and_a_forced_relist() {
     within("compact", cluster.compact()).await.expect("compact");
     cluster.start_apiserver().await.expect("apiserver restarts");
     for i in 60..80 {
-        within("delete", cms.delete(&format!("cm-{i}"), &DeleteParams::default()))
-            .await
-            .expect("delete");
+        within(
+            "delete",
+            cms.delete(&format!("cm-{i}"), &DeleteParams::default()),
+        )
+        .await
+        .expect("delete");
     }
     for i in 80..100 {
         let patch = Patch::Merge(json!({"data": {"after": "relist"}}));
-        within("update", cms.patch(&format!("cm-{i}"), &PatchParams::default(), &patch))
-            .await
-            .expect("update");
+        within(
+            "update",
+            cms.patch(&format!("cm-{i}"), &PatchParams::default(), &patch),
+        )
+        .await
+        .expect("update");
     }
     within("compact", cluster.compact()).await.expect("compact");
     cluster.stop_apiserver();
@@ -132,15 +156,20 @@ async fn a_compact_cache_equals_the_server_after_writes_and_a_forced_relist() {
     eprintln!("compact e2e: {stats:?}");
     // Really compact: the objects are held compressed, with a trained dictionary, and nothing
     // failed to decode.
-    assert!(stats.stored_bytes > 0 && stats.stored_bytes < stats.encoded_bytes, "{stats:?}");
+    assert!(
+        stats.stored_bytes > 0 && stats.stored_bytes < stats.encoded_bytes,
+        "{stats:?}"
+    );
     assert!(stats.dictionary_trainings >= 1, "{stats:?}");
     assert_eq!(stats.decode_errors, 0, "{stats:?}");
-    eventually("the cache holds 290 objects", CONVERGE_TIMEOUT, || {
-        match informer.indexer().len() {
+    eventually(
+        "the cache holds 290 objects",
+        CONVERGE_TIMEOUT,
+        || match informer.indexer().len() {
             290 => Ok(()),
             n => Err(format!("{n} cached")),
-        }
-    })
+        },
+    )
     .await;
     factory.shutdown().await;
 }

@@ -65,14 +65,19 @@ where
         .unwrap_or_else(|e| panic!("{path} from protobuf: {e}"));
     let (_, js) = get(client, path, "application/json").await;
     let from_json: K = serde_json::from_slice(&js).unwrap_or_else(|e| panic!("{path}: {e}"));
-    assert_eq!(from_pb, from_json, "{path}: protobuf and JSON decode differently");
+    assert_eq!(
+        from_pb, from_json,
+        "{path}: protobuf and JSON decode differently"
+    );
 
     let (ct, pb) = get(client, list_path, &format!("{PROTOBUF},application/json")).await;
     assert!(ct.starts_with(PROTOBUF), "{list_path} served as {ct}");
     let mut pb_list = ProtobufListDecoder::<K, K>::new();
     // Fed in small pieces, as a body arrives.
     for chunk in pb.chunks(777) {
-        pb_list.push(chunk, &mut |k| k).expect("protobuf list chunk");
+        pb_list
+            .push(chunk, &mut |k| k)
+            .expect("protobuf list chunk");
     }
     let pb_page = pb_list.finish(&mut |k| k).expect("protobuf list");
     let (_, js) = get(client, list_path, "application/json").await;
@@ -86,30 +91,20 @@ where
     from_pb
 }
 
-async fn create<K>(client: &Client, ns: Option<&str>, value: serde_json::Value) -> K
+async fn create<K>(api: &Api<K>, value: serde_json::Value) -> K
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + Debug,
-    K::Scope: 'static,
 {
     let obj: K = serde_json::from_value(value).expect("a valid object");
-    let api: Api<K> = match ns {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
     within("create", api.create(&PostParams::default(), &obj))
         .await
-        .unwrap_or_else(|e| panic!("create {}: {e}", K::KIND))
+        .unwrap_or_else(|e| panic!("create {}: {e}", K::kind(&())))
 }
 
-async fn patch_status<K>(client: &Client, ns: Option<&str>, name: &str, status: serde_json::Value)
+async fn patch_status<K>(api: &Api<K>, name: &str, status: serde_json::Value)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-    K::Scope: 'static,
 {
-    let api: Api<K> = match ns {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
     within(
         "patch status",
         api.patch_status(
@@ -119,7 +114,7 @@ where
         ),
     )
     .await
-    .unwrap_or_else(|e| panic!("patch status of {} {name}: {e}", K::KIND));
+    .unwrap_or_else(|e| panic!("patch status of {} {name}: {e}", K::kind(&())));
 }
 
 fn pod_json() -> serde_json::Value {
@@ -202,14 +197,18 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
     let c = cluster.admin();
     let ns = "pb";
     create_namespace(&c, ns).await;
-    let n = Some(ns);
 
     // Namespace
     assert_same_from_both::<Namespace>(&c, "/api/v1/namespaces/pb", "/api/v1/namespaces").await;
 
     // Pod, with a status
-    create::<Pod>(&c, n, pod_json()).await;
-    patch_status::<Pod>(&c, n, "web-0", pod_status()).await;
+    create(&Api::<Pod>::namespaced(c.clone(), ns), pod_json()).await;
+    patch_status(
+        &Api::<Pod>::namespaced(c.clone(), ns),
+        "web-0",
+        pod_status(),
+    )
+    .await;
     let pod = assert_same_from_both::<Pod>(
         &c,
         "/api/v1/namespaces/pb/pods/web-0",
@@ -218,16 +217,23 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
     .await;
     // The object is the rich one (not an empty decode that happens to agree).
     assert_eq!(pod.spec.as_ref().map(|s| s.containers.len()), Some(2));
-    assert!(pod.metadata.managed_fields.as_ref().is_some_and(|m| !m.is_empty()));
+    assert!(
+        pod.metadata
+            .managed_fields
+            .as_ref()
+            .is_some_and(|m| !m.is_empty())
+    );
     assert_eq!(
-        pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).map(Vec::len),
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(Vec::len),
         Some(2)
     );
 
     // ConfigMap and Secret, with binary data
-    create::<ConfigMap>(
-        &c,
-        n,
+    create(
+        &Api::<ConfigMap>::namespaced(c.clone(), ns),
         json!({"metadata": {"name": "web-config"}, "data": {"a": "1", "empty": ""},
                "binaryData": {"blob": "AAECAwT/"}, "immutable": false}),
     )
@@ -238,9 +244,8 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
         "/api/v1/namespaces/pb/configmaps",
     )
     .await;
-    create::<Secret>(
-        &c,
-        n,
+    create(
+        &Api::<Secret>::namespaced(c.clone(), ns),
         json!({"metadata": {"name": "web-secret"}, "type": "Opaque",
                "data": {"password": "c2VjcmV0", "zero": ""}}),
     )
@@ -253,9 +258,8 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
     .await;
 
     // Service (IntOrString both ways), EndpointSlice
-    create::<Service>(
-        &c,
-        n,
+    create(
+        &Api::<Service>::namespaced(c.clone(), ns),
         json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"},
                "ports": [{"name": "http", "port": 80, "targetPort": "http"},
                          {"name": "metrics", "port": 9090, "targetPort": 9090, "protocol": "TCP"}],
@@ -269,9 +273,7 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
         "/api/v1/namespaces/pb/services",
     )
     .await;
-    create::<EndpointSlice>(
-        &c,
-        n,
+    create(&Api::<EndpointSlice>::namespaced(c.clone(), ns),
         json!({"metadata": {"name": "web-abc", "labels": {"kubernetes.io/service-name": "web"}},
                "addressType": "IPv4",
                "endpoints": [{"addresses": ["10.0.0.7"], "conditions": {"ready": true, "serving": true, "terminating": false},
@@ -290,9 +292,7 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
     let template = json!({"metadata": {"labels": {"app": "api"}},
         "spec": {"containers": [{"name": "api", "image": "registry.invalid/api:1",
                                   "resources": {"requests": {"cpu": "100m"}}}]}});
-    create::<Deployment>(
-        &c,
-        n,
+    create(&Api::<Deployment>::namespaced(c.clone(), ns),
         json!({"metadata": {"name": "api"}, "spec": {"replicas": 3,
                "selector": {"matchLabels": {"app": "api"}}, "template": template,
                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
@@ -305,9 +305,7 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
         "/apis/apps/v1/namespaces/pb/deployments",
     )
     .await;
-    create::<ReplicaSet>(
-        &c,
-        n,
+    create(&Api::<ReplicaSet>::namespaced(c.clone(), ns),
         json!({"metadata": {"name": "api-rs", "annotations": {"deployment.kubernetes.io/revision": "1"}},
                "spec": {"replicas": 0, "minReadySeconds": 0,
                         "selector": {"matchLabels": {"app": "api"}}, "template": template}}),
@@ -319,9 +317,7 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
         "/apis/apps/v1/namespaces/pb/replicasets",
     )
     .await;
-    create::<Job>(
-        &c,
-        n,
+    create(&Api::<Job>::namespaced(c.clone(), ns),
         json!({"metadata": {"name": "batch"}, "spec": {"backoffLimit": 2, "activeDeadlineSeconds": 600,
                "completions": 1, "parallelism": 1, "ttlSecondsAfterFinished": 0,
                "podFailurePolicy": {"rules": [{"action": "FailJob",
@@ -338,17 +334,13 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
     .await;
 
     // Node (cluster-scoped), with a status
-    create::<Node>(
-        &c,
-        None,
+    create(&Api::<Node>::all(c.clone()),
         json!({"metadata": {"name": "node-a", "labels": {"kubernetes.io/hostname": "node-a"}},
                "spec": {"podCIDR": "10.0.0.0/24", "podCIDRs": ["10.0.0.0/24"], "unschedulable": false,
                         "taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}]}}),
     )
     .await;
-    patch_status::<Node>(
-        &c,
-        None,
+    patch_status(&Api::<Node>::all(c.clone()),
         "node-a",
         json!({"capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
                "allocatable": {"cpu": "3900m", "memory": "15Gi", "pods": "110"},
@@ -364,9 +356,8 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
     assert_same_from_both::<Node>(&c, "/api/v1/nodes/node-a", "/api/v1/nodes").await;
 
     // events.k8s.io Event (MicroTime), Lease (MicroTime)
-    create::<Event>(
-        &c,
-        n,
+    create(
+        &Api::<Event>::namespaced(c.clone(), ns),
         json!({"metadata": {"name": "web-0.1"}, "eventTime": "2026-11-30T10:00:01.123456Z",
                "reportingController": "e2e.kube-informer.dev/ctl", "reportingInstance": "ctl-1",
                "action": "Scheduled", "reason": "Scheduled", "type": "Normal", "note": "assigned",
@@ -380,9 +371,7 @@ async fn a_dozen_builtin_kinds_decode_from_protobuf_as_from_json() {
         "/apis/events.k8s.io/v1/namespaces/pb/events",
     )
     .await;
-    create::<Lease>(
-        &c,
-        n,
+    create(&Api::<Lease>::namespaced(c.clone(), ns),
         json!({"metadata": {"name": "leader"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15,
                "acquireTime": "2026-11-30T10:00:00.000000Z", "renewTime": "2026-11-30T10:00:10.500000Z",
                "leaseTransitions": 0}}),
@@ -431,9 +420,10 @@ struct Recording<S> {
     seen: Arc<Mutex<Vec<(String, String)>>>,
 }
 
-impl<S, B> tower::Service<http::Request<B>> for Recording<S>
+impl<S, B, RB> tower::Service<http::Request<B>> for Recording<S>
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<kube::client::Body>>,
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
+    RB: Send + 'static,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -481,7 +471,10 @@ async fn informers_list_and_watch_in_protobuf_and_custom_resources_fall_back_to_
     for i in 0..20 {
         within(
             "create",
-            cms.create(&PostParams::default(), &crate::common::config_map(&format!("cm-{i}"), "v")),
+            cms.create(
+                &PostParams::default(),
+                &crate::common::config_map(&format!("cm-{i}"), "v"),
+            ),
         )
         .await
         .expect("create config map");
@@ -506,9 +499,16 @@ async fn informers_list_and_watch_in_protobuf_and_custom_resources_fall_back_to_
     within("sync", factory.wait_for_cache_sync()).await;
 
     // Writes after the sync arrive through the watch.
-    within("update", cms.patch("cm-3", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "changed"}}))))
-        .await
-        .expect("update");
+    within(
+        "update",
+        cms.patch(
+            "cm-3",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "changed"}})),
+        ),
+    )
+    .await
+    .expect("update");
     within("delete", cms.delete("cm-4", &Default::default()))
         .await
         .expect("delete");
@@ -518,36 +518,56 @@ async fn informers_list_and_watch_in_protobuf_and_custom_resources_fall_back_to_
     )
     .await
     .expect("create widget");
-    eventually("the caches converge", crate::common::CONVERGE_TIMEOUT, || {
-        let changed = cm_informer
-            .indexer()
-            .get_by_key(&format!("{ns}/cm-3"))
-            .is_some_and(|cm| {
-                cm.data.as_ref().and_then(|d| d.get("k")).map(String::as_str) == Some("changed")
-            });
-        let sizes = (
-            cm_informer.indexer().len(),
-            widget_meta.indexer().len(),
-            widget_typed.indexer().len(),
-        );
-        if changed && sizes == (19, 2, 2) {
-            Ok(())
-        } else {
-            Err(format!("updated: {changed}, sizes {sizes:?}"))
-        }
-    })
+    eventually(
+        "the caches converge",
+        crate::common::CONVERGE_TIMEOUT,
+        || {
+            let changed = cm_informer
+                .indexer()
+                .get_by_key(&format!("{ns}/cm-3"))
+                .is_some_and(|cm| {
+                    cm.data
+                        .as_ref()
+                        .and_then(|d| d.get("k"))
+                        .map(String::as_str)
+                        == Some("changed")
+                });
+            let sizes = (
+                cm_informer.indexer().len(),
+                widget_meta.indexer().len(),
+                widget_typed.indexer().len(),
+            );
+            if changed && sizes == (19, 2, 2) {
+                Ok(())
+            } else {
+                Err(format!("updated: {changed}, sizes {sizes:?}"))
+            }
+        },
+    )
     .await;
 
     let cm_responses = types.of(&format!("/api/v1/namespaces/{ns}/configmaps"));
     assert!(cm_responses.iter().any(|(w, _)| !w) && cm_responses.iter().any(|(w, _)| *w));
     for (watch, ct) in &cm_responses {
-        assert!(ct.starts_with(PROTOBUF), "config map watch={watch} served as {ct}");
+        assert!(
+            ct.starts_with(PROTOBUF),
+            "config map watch={watch} served as {ct}"
+        );
     }
-    let widget_responses = types.of(&format!("/apis/e2e.kube-informer.dev/v1/namespaces/{ns}/widgets"));
-    let (pb, js): (Vec<_>, Vec<_>) =
-        widget_responses.iter().partition(|(_, ct)| ct.starts_with(PROTOBUF));
+    let widget_responses = types.of(&format!(
+        "/apis/e2e.kube-informer.dev/v1/namespaces/{ns}/widgets"
+    ));
+    let (pb, js): (Vec<_>, Vec<_>) = widget_responses
+        .iter()
+        .partition(|(_, ct)| ct.starts_with(PROTOBUF));
     // The metadata informer's list and watch in protobuf, the typed one's in JSON.
-    assert!(pb.len() >= 2 && pb.iter().any(|(w, _)| *w), "{widget_responses:?}");
-    assert!(js.len() >= 2 && js.iter().all(|(_, ct)| ct.starts_with("application/json")), "{widget_responses:?}");
+    assert!(
+        pb.len() >= 2 && pb.iter().any(|(w, _)| *w),
+        "{widget_responses:?}"
+    );
+    assert!(
+        js.len() >= 2 && js.iter().all(|(_, ct)| ct.starts_with("application/json")),
+        "{widget_responses:?}"
+    );
     factory.shutdown().await;
 }
