@@ -659,3 +659,38 @@ fn encoder_matches_go_fixtures() {
     }
     assert!(checked > 0, "no fixture pairs in {}", dir.display());
 }
+
+#[tokio::test]
+async fn write_responses_are_protobuf_too() {
+    let s = server().await;
+    let body = ok(serde_json::to_vec(&config_map()));
+    let req = ok(http::Request::post("/api/v1/namespaces/default/configmaps")
+        .header(http::header::ACCEPT, PB_FIRST)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(kube::client::Body::from(body)));
+    let resp = ok(s.client().send(req).await);
+    assert_eq!(resp.status(), 201);
+    assert_eq!(
+        resp.headers()
+            .get(http::header::CONTENT_TYPE)
+            .map(|v| v.as_bytes()),
+        Some(PB.as_bytes())
+    );
+    let bytes = ok(resp.into_body().collect().await).to_bytes();
+    let created: ConfigMap = ok(protobuf::decode_object(&bytes, &Projection::none()));
+    assert_eq!(created.binary_data, config_map().binary_data);
+    assert_eq!(created.metadata.resource_version.as_deref(), Some("1"));
+    let rec = s.requests().pop();
+    assert!(rec.is_some_and(|r| r.verb == Verb::Create && r.served_protobuf()));
+
+    let req = ok(
+        http::Request::delete("/api/v1/namespaces/default/configmaps/cm")
+            .header(http::header::ACCEPT, PB_FIRST)
+            .body(kube::client::Body::empty()),
+    );
+    let resp = ok(s.client().send(req).await);
+    assert_eq!(resp.status(), 200);
+    let bytes = ok(resp.into_body().collect().await).to_bytes();
+    let deleted: ConfigMap = ok(protobuf::decode_object(&bytes, &Projection::none()));
+    assert_eq!(deleted.metadata.name.as_deref(), Some("cm"));
+}
