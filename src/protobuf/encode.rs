@@ -683,7 +683,7 @@ fn base64_decode(s: &str) -> Result<Vec<u8>, EncodeError> {
         [rest @ .., b'=', b'='] | [rest @ .., b'='] => rest,
         _ => bytes,
     };
-    if bytes.len() != trimmed.len() && bytes.len() % 4 != 0 {
+    if bytes.len() != trimmed.len() && !bytes.len().is_multiple_of(4) {
         return Err(invalid("base64"));
     }
     if trimmed.len() % 4 == 1 {
