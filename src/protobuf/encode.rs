@@ -482,13 +482,7 @@ fn scalar(out: &mut Vec<u8>, number: u32, ty: Type, v: &Value) -> Result<(), Enc
             number,
             u64::from(v.as_bool().ok_or_else(|| wrong("a boolean", v))?),
         ),
-        Type::Int32 => {
-            let n = int_of(v, "an int32")?;
-            if i32::try_from(n).is_err() {
-                return Err(invalid("int32 (out of range)"));
-            }
-            put_int(out, number, n);
-        }
+        Type::Int32 => put_int(out, number, int32_of(v, "an int32")?),
         Type::Int64 => put_int(out, number, int_of(v, "an int64")?),
         Type::Uint32 => {
             let n = uint_of(v, "a uint32")?;
@@ -547,13 +541,7 @@ fn scalar(out: &mut Vec<u8>, number: u32, ty: Type, v: &Value) -> Result<(), Enc
         Type::IntOrString => {
             // Go writes all three fields of `intstr.IntOrString`, zero or not.
             let (kind, int, text) = match v {
-                Value::Number(_) => {
-                    let n = int_of(v, "an int32 or a string")?;
-                    if i32::try_from(n).is_err() {
-                        return Err(invalid("int32 (out of range)"));
-                    }
-                    (0, n, "")
-                }
+                Value::Number(_) => (0, int32_of(v, "an int32 or a string")?, ""),
                 Value::String(s) => (1, 0, s.as_str()),
                 _ => return Err(wrong("an int32 or a string", v)),
             };
@@ -604,6 +592,13 @@ fn int_of(v: &Value, expected: &'static str) -> Result<i64, EncodeError> {
         Value::Number(n) => n.as_i64().ok_or_else(|| invalid("integer")),
         _ => Err(wrong(expected, v)),
     }
+}
+
+fn int32_of(v: &Value, expected: &'static str) -> Result<i64, EncodeError> {
+    let n = int_of(v, expected)?;
+    i32::try_from(n)
+        .map(i64::from)
+        .map_err(|_| invalid("int32 (out of range)"))
 }
 
 fn uint_of(v: &Value, expected: &'static str) -> Result<u64, EncodeError> {
