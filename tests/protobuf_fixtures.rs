@@ -297,3 +297,60 @@ fn watch_stream_is_length_framed_raw_watch_events() {
     assert_eq!(bookmark["annotations"]["k8s.io/initial-events-end"], "true");
     assert_eq!(lines[4]["object"]["code"], 410);
 }
+
+/// The JSON twins are what k8s-openapi reads: the decoder's output is compared with them.
+#[test]
+fn json_twins_deserialize_into_k8s_openapi() {
+    use k8s_openapi::api::{apps, batch, coordination, core, discovery, events};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
+    // k8s-openapi has no PartialObjectMetadata: its fields, with k8s-openapi's ObjectMeta.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Partial {
+        #[serde(rename = "apiVersion")]
+        api_version: String,
+        kind: String,
+        metadata: meta::ObjectMeta,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct PartialList {
+        #[serde(rename = "apiVersion")]
+        api_version: String,
+        kind: String,
+        metadata: meta::ListMeta,
+        items: Vec<Partial>,
+    }
+    fn check<T: serde::de::DeserializeOwned>(name: &str) {
+        let bytes = read(&format!("{name}.json"));
+        if let Err(e) = serde_json::from_slice::<T>(&bytes) {
+            panic!("{name}.json: {e}");
+        }
+    }
+    for &(name, ..) in FIXTURES {
+        match name {
+            "apiservice" => check::<apiregistration::APIService>(name),
+            "configmap" => check::<core::v1::ConfigMap>(name),
+            "crd" => check::<apiextensions::CustomResourceDefinition>(name),
+            "deployment" => check::<apps::v1::Deployment>(name),
+            "endpointslice" => check::<discovery::v1::EndpointSlice>(name),
+            "event" => check::<events::v1::Event>(name),
+            "job" => check::<batch::v1::Job>(name),
+            "lease" => check::<coordination::v1::Lease>(name),
+            "namespace" => check::<core::v1::Namespace>(name),
+            "node" => check::<core::v1::Node>(name),
+            "partialobjectmetadatalist" => check::<PartialList>(name),
+            "pod" | "pod-minimal" => check::<core::v1::Pod>(name),
+            "podlist" => check::<k8s_openapi::List<core::v1::Pod>>(name),
+            "replicaset" => check::<apps::v1::ReplicaSet>(name),
+            "secret" => check::<core::v1::Secret>(name),
+            "service" => check::<core::v1::Service>(name),
+            "status" => check::<meta::Status>(name),
+            other => panic!("no k8s-openapi type for {other}"),
+        }
+    }
+}
