@@ -632,8 +632,8 @@ fn first_diff(a: &Value, b: &Value, path: &str) -> Option<String> {
                 .chain(y.keys())
                 .find_map(|k| match (x.get(k), y.get(k)) {
                     (Some(p), Some(q)) => first_diff(p, q, &format!("{path}.{k}")),
-                // Go's JSON writes a zero `metav1.Time` as `null`; decoded protobuf leaves it out.
-                (None, Some(Value::Null)) | (Some(Value::Null), None) => None,
+                    // Go's JSON writes a zero `metav1.Time` as `null`; decoded protobuf leaves it out.
+                    (None, Some(Value::Null)) | (Some(Value::Null), None) => None,
                     (p, q) => Some(format!("{path}.{k}: {p:?} vs {q:?}")),
                 })
         }
@@ -769,4 +769,40 @@ async fn write_responses_are_protobuf_too() {
     let bytes = ok(resp.into_body().collect().await).to_bytes();
     let deleted: ConfigMap = ok(protobuf::decode_object(&bytes, &Projection::none()));
     assert_eq!(deleted.metadata.name.as_deref(), Some("cm"));
+}
+
+#[tokio::test]
+async fn truncated_event_on_a_json_watch_is_a_partial_line() {
+    let s = server().await;
+    let req = ok(
+        http::Request::get("/api/v1/namespaces/default/pods?watch=true")
+            .header(http::header::ACCEPT, "application/json")
+            .body(kube::client::Body::empty()),
+    );
+    let resp = ok(s.client().send(req).await);
+    assert_eq!(
+        resp.headers()
+            .get(http::header::CONTENT_TYPE)
+            .map(|v| v.as_bytes()),
+        Some(&b"application/json"[..])
+    );
+    let mut body = resp.into_body();
+    s.faults().truncated_event_next();
+    ok(s.create(&pod("a")));
+    let mut got = Vec::new();
+    let cut = loop {
+        match tokio::time::timeout(Duration::from_secs(5), body.frame()).await {
+            Err(_) => panic!("no end within 5s"),
+            Ok(None) => break false,
+            Ok(Some(Err(_))) => break true,
+            Ok(Some(Ok(f))) => got.extend_from_slice(&f.into_data().unwrap_or_default()),
+        }
+    };
+    assert!(cut, "the stream must end with an error");
+    assert!(
+        !got.is_empty() && !got.contains(&b'\n'),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(serde_json::from_slice::<Value>(&got).is_err());
 }
