@@ -153,6 +153,33 @@ fn put_bytes(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// A nested message as field `number`, written by `body` straight into `out`: the length
+/// is reserved as one byte and widened in place afterwards if the message is 128 bytes or
+/// longer, so nesting allocates nothing.
+fn put_nested<E>(
+    out: &mut Vec<u8>,
+    number: u32,
+    body: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), E> {
+    put_tag(out, number, LEN);
+    let len_at = out.len();
+    out.push(0);
+    let start = out.len();
+    body(out)?;
+    let len = (out.len() - start) as u64;
+    if len < 0x80 {
+        if let Some(b) = out.get_mut(len_at) {
+            // `len` < 128 here.
+            *b = len as u8;
+        }
+    } else {
+        let mut prefix = Vec::with_capacity(10);
+        put_varint(&mut prefix, len);
+        out.splice(len_at..start, prefix);
+    }
+    Ok(())
+}
+
 fn put_uint(out: &mut Vec<u8>, number: u32, v: u64) {
     put_tag(out, number, VARINT);
     put_varint(out, v);
@@ -346,10 +373,9 @@ impl Encoder {
         let Type::Message(inner) = field.ty else {
             return Ok(());
         };
-        let mut nested = Vec::new();
-        self.fields(&mut nested, inner, map, depth + 1)?;
-        put_bytes(out, field.number, &nested);
-        Ok(())
+        put_nested(out, field.number, |out| {
+            self.fields(out, inner, map, depth + 1)
+        })
     }
 
     fn field(
@@ -373,14 +399,13 @@ impl Encoder {
                 let mut keys: Vec<&String> = map.keys().collect();
                 // Go's generated marshallers sort map keys (byte order for strings).
                 keys.sort_unstable();
-                let mut entry = Vec::new();
                 for key in keys {
                     let Some(value) = map.get(key) else { continue };
-                    entry.clear();
-                    map_key(&mut entry, key_ty, key).map_err(|e| e.at(&Seg::Key(key)))?;
-                    self.value(&mut entry, 2, field.ty, value, depth)
-                        .map_err(|e| e.at(&Seg::Key(key)))?;
-                    put_bytes(out, field.number, &entry);
+                    put_nested(out, field.number, |entry| {
+                        map_key(entry, key_ty, key)?;
+                        self.value(entry, 2, field.ty, value, depth)
+                    })
+                    .map_err(|e| e.at(&Seg::Key(key)))?;
                 }
                 Ok(())
             }
@@ -396,54 +421,38 @@ impl Encoder {
         v: &Value,
         depth: usize,
     ) -> Result<(), EncodeError> {
+        let message = |out: &mut Vec<u8>, number: u32, id: MessageId, v: &Value| {
+            let map = v.as_object().ok_or_else(|| wrong("an object", v))?;
+            put_nested(out, number, |out| self.fields(out, id, map, depth + 1))
+        };
         match ty {
-            Type::Message(id) => {
-                let map = v.as_object().ok_or_else(|| wrong("an object", v))?;
-                let mut nested = Vec::new();
-                self.fields(&mut nested, id, map, depth + 1)?;
-                put_bytes(out, number, &nested);
-            }
-            Type::SchemaPropsOrArray(id) => {
-                let mut nested = Vec::new();
-                match v {
-                    Value::Object(_) => self.value(&mut nested, 1, Type::Message(id), v, depth)?,
-                    Value::Array(items) => {
-                        for (i, item) in items.iter().enumerate() {
-                            self.value(&mut nested, 2, Type::Message(id), item, depth)
-                                .map_err(|e| e.at(&Seg::Index(i)))?;
-                        }
-                    }
-                    _ => return Err(wrong("an object or an array", v)),
+            Type::Message(id) => message(out, number, id, v)?,
+            Type::SchemaPropsOrArray(id) => put_nested(out, number, |out| match v {
+                Value::Object(_) => message(out, 1, id, v),
+                Value::Array(items) => items.iter().enumerate().try_for_each(|(i, item)| {
+                    message(out, 2, id, item).map_err(|e| e.at(&Seg::Index(i)))
+                }),
+                _ => Err(wrong("an object or an array", v)),
+            })?,
+            Type::SchemaPropsOrBool(id) => put_nested(out, number, |out| match v {
+                Value::Bool(b) => {
+                    put_uint(out, 1, u64::from(*b));
+                    Ok(())
                 }
-                put_bytes(out, number, &nested);
-            }
-            Type::SchemaPropsOrBool(id) => {
-                let mut nested = Vec::new();
-                match v {
-                    Value::Bool(b) => put_uint(&mut nested, 1, u64::from(*b)),
-                    // Go's UnmarshalJSON of an object sets `Allows` too, and it is always written.
-                    Value::Object(_) => {
-                        put_uint(&mut nested, 1, 1);
-                        self.value(&mut nested, 2, Type::Message(id), v, depth)?;
-                    }
-                    _ => return Err(wrong("a boolean or an object", v)),
+                // Go's UnmarshalJSON of an object sets `Allows` too, and it is always written.
+                Value::Object(_) => {
+                    put_uint(out, 1, 1);
+                    message(out, 2, id, v)
                 }
-                put_bytes(out, number, &nested);
-            }
-            Type::SchemaPropsOrStringArray(id) => {
-                let mut nested = Vec::new();
-                match v {
-                    Value::Object(_) => self.value(&mut nested, 1, Type::Message(id), v, depth)?,
-                    Value::Array(items) => {
-                        for (i, item) in items.iter().enumerate() {
-                            scalar(&mut nested, 2, Type::String, item)
-                                .map_err(|e| e.at(&Seg::Index(i)))?;
-                        }
-                    }
-                    _ => return Err(wrong("an object or an array", v)),
-                }
-                put_bytes(out, number, &nested);
-            }
+                _ => Err(wrong("a boolean or an object", v)),
+            })?,
+            Type::SchemaPropsOrStringArray(id) => put_nested(out, number, |out| match v {
+                Value::Object(_) => message(out, 1, id, v),
+                Value::Array(items) => items.iter().enumerate().try_for_each(|(i, item)| {
+                    scalar(out, 2, Type::String, item).map_err(|e| e.at(&Seg::Index(i)))
+                }),
+                _ => Err(wrong("an object or an array", v)),
+            })?,
             _ => scalar(out, number, ty, v)?,
         }
         Ok(())
@@ -473,13 +482,7 @@ fn scalar(out: &mut Vec<u8>, number: u32, ty: Type, v: &Value) -> Result<(), Enc
             number,
             u64::from(v.as_bool().ok_or_else(|| wrong("a boolean", v))?),
         ),
-        Type::Int32 => {
-            let n = int_of(v, "an int32")?;
-            if i32::try_from(n).is_err() {
-                return Err(invalid("int32 (out of range)"));
-            }
-            put_int(out, number, n);
-        }
+        Type::Int32 => put_int(out, number, int32_of(v, "an int32")?),
         Type::Int64 => put_int(out, number, int_of(v, "an int64")?),
         Type::Uint32 => {
             let n = uint_of(v, "a uint32")?;
@@ -510,68 +513,66 @@ fn scalar(out: &mut Vec<u8>, number: u32, ty: Type, v: &Value) -> Result<(), Enc
             } else {
                 nanos / 1000 * 1000
             };
-            let mut ts = Vec::with_capacity(16);
-            put_int(&mut ts, 1, secs);
-            put_int(&mut ts, 2, i64::from(nanos));
-            put_bytes(out, number, &ts);
+            put_nested(out, number, |ts| {
+                put_int(ts, 1, secs);
+                put_int(ts, 2, i64::from(nanos));
+                Ok(())
+            })?;
         }
         Type::Duration => {
             let nanos = parse_go_duration(str_of(v)?).ok_or_else(|| invalid("Go duration"))?;
-            let mut d = Vec::with_capacity(11);
-            put_int(&mut d, 1, nanos);
-            put_bytes(out, number, &d);
+            put_nested(out, number, |d| {
+                put_int(d, 1, nanos);
+                Ok(())
+            })?;
         }
         Type::Quantity => {
-            let mut q = Vec::new();
-            match v {
-                Value::String(s) => put_bytes(&mut q, 1, s.as_bytes()),
+            let text = match v {
+                Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
                 // Go's Quantity reads JSON numbers too.
-                Value::Number(n) => put_bytes(&mut q, 1, n.to_string().as_bytes()),
+                Value::Number(n) => std::borrow::Cow::Owned(n.to_string()),
                 _ => return Err(wrong("a quantity string", v)),
-            }
-            put_bytes(out, number, &q);
+            };
+            put_nested(out, number, |q| {
+                put_bytes(q, 1, text.as_bytes());
+                Ok(())
+            })?;
         }
         Type::IntOrString => {
             // Go writes all three fields of `intstr.IntOrString`, zero or not.
-            let mut m = Vec::with_capacity(16);
-            match v {
-                Value::Number(_) => {
-                    let n = int_of(v, "an int32 or a string")?;
-                    if i32::try_from(n).is_err() {
-                        return Err(invalid("int32 (out of range)"));
-                    }
-                    put_uint(&mut m, 1, 0);
-                    put_int(&mut m, 2, n);
-                    put_bytes(&mut m, 3, b"");
-                }
-                Value::String(s) => {
-                    put_uint(&mut m, 1, 1);
-                    put_uint(&mut m, 2, 0);
-                    put_bytes(&mut m, 3, s.as_bytes());
-                }
+            let (kind, int, text) = match v {
+                Value::Number(_) => (0, int32_of(v, "an int32 or a string")?, ""),
+                Value::String(s) => (1, 0, s.as_str()),
                 _ => return Err(wrong("an int32 or a string", v)),
-            }
-            put_bytes(out, number, &m);
+            };
+            put_nested(out, number, |m| {
+                put_uint(m, 1, kind);
+                put_int(m, 2, int);
+                put_bytes(m, 3, text.as_bytes());
+                Ok(())
+            })?;
         }
         Type::RawJson => {
             let raw = serde_json::to_vec(v).map_err(|_| invalid("JSON"))?;
-            let mut m = Vec::with_capacity(raw.len() + 6);
-            put_bytes(&mut m, 1, &raw);
-            put_bytes(out, number, &m);
+            put_nested(out, number, |m| {
+                put_bytes(m, 1, &raw);
+                Ok(())
+            })?;
         }
         Type::Strings => {
             let items = v
                 .as_array()
                 .ok_or_else(|| wrong("an array of strings", v))?;
-            let mut m = Vec::new();
-            for (i, item) in items.iter().enumerate() {
-                put_bytes(
-                    &mut m,
-                    1,
-                    str_of(item).map_err(|e| e.at(&Seg::Index(i)))?.as_bytes(),
-                );
-            }
-            put_bytes(out, number, &m);
+            put_nested(out, number, |m| {
+                items.iter().enumerate().try_for_each(|(i, item)| {
+                    put_bytes(
+                        m,
+                        1,
+                        str_of(item).map_err(|e| e.at(&Seg::Index(i)))?.as_bytes(),
+                    );
+                    Ok(())
+                })
+            })?;
         }
         // Messages are `Encoder::value`'s.
         Type::Message(_)
@@ -591,6 +592,13 @@ fn int_of(v: &Value, expected: &'static str) -> Result<i64, EncodeError> {
         Value::Number(n) => n.as_i64().ok_or_else(|| invalid("integer")),
         _ => Err(wrong(expected, v)),
     }
+}
+
+fn int32_of(v: &Value, expected: &'static str) -> Result<i64, EncodeError> {
+    let n = int_of(v, expected)?;
+    i32::try_from(n)
+        .map(i64::from)
+        .map_err(|_| invalid("int32 (out of range)"))
 }
 
 fn uint_of(v: &Value, expected: &'static str) -> Result<u64, EncodeError> {
@@ -670,7 +678,7 @@ fn base64_decode(s: &str) -> Result<Vec<u8>, EncodeError> {
         [rest @ .., b'=', b'='] | [rest @ .., b'='] => rest,
         _ => bytes,
     };
-    if bytes.len() != trimmed.len() && bytes.len() % 4 != 0 {
+    if bytes.len() != trimmed.len() && !bytes.len().is_multiple_of(4) {
         return Err(invalid("base64"));
     }
     if trimmed.len() % 4 == 1 {

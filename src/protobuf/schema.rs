@@ -108,6 +108,9 @@ pub enum Type {
     IntOrString,
     /// Raw JSON bytes in field 1 of a message: `metav1.FieldsV1{Raw}`,
     /// `runtime.RawExtension{raw}`, apiextensions `JSON{raw}` → the JSON value they hold.
+    ///
+    /// One exception: in a protobuf watch stream, `WatchEvent.object` (a `RawExtension`) holds
+    /// the object's own protobuf encoding (magic `k8s\0` and a `runtime.Unknown`), not JSON.
     RawJson,
     /// apiextensions `JSONSchemaPropsOrArray{schema = 1, jSONSchemas = 2}` → an object or an
     /// array of the given `JSONSchemaProps` message.

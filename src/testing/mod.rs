@@ -19,6 +19,10 @@
 //!   [`set_history_limit`](FakeApiServer::set_history_limit)): older RVs get `410 Expired`;
 //! - label selectors (full syntax) and `metadata.name` / `metadata.namespace` field selectors;
 //! - metadata-only (`PartialObjectMetadata`) responses;
+//! - kube-apiserver's protobuf (`application/vnd.kubernetes.protobuf`) for built-in kinds and
+//!   metadata-only requests, when the `Accept` header prefers it: objects, lists, watch frames
+//!   and errors ([`set_protobuf_supported`](FakeApiServer::set_protobuf_supported),
+//!   [`RecordedRequest::served_protobuf`]); request bodies are JSON only;
 //! - injected [`Faults`] and a log of [`RecordedRequest`]s.
 //!
 //! # Example
@@ -153,7 +157,7 @@
 //! - A deleted object's response and `DELETED` event carry its last state with the deletion's
 //!   RV (kube-apiserver answers some kinds' deletes with a `Status` instead; kube's
 //!   `Api::delete` takes either).
-//! - Errors are `meta/v1 Status` JSON with `reason`, `code` and, for `Invalid`, `details.causes`
+//! - Errors are `meta/v1 Status` JSON (protobuf when negotiated) with `reason`, `code` and, for `Invalid`, `details.causes`
 //!   naming the field; unknown paths, resources and subresources get `404 NotFound`, bad
 //!   selectors and continue tokens `400 BadRequest`. Odd requests never panic the server.
 

@@ -650,3 +650,21 @@ fn watch_frame() {
     assert_eq!(frame.get(4..), Some(&event[..]));
     assert_eq!(frame.get(4..7), Some(&[0x0a, 5, b'A'][..]));
 }
+
+#[test]
+fn long_nested_messages_get_multi_byte_lengths() {
+    let name = "a".repeat(200);
+    let mut want = vec![0x0a, 0xcb, 0x01, 0x0a, 0xc8, 0x01];
+    want.extend_from_slice(name.as_bytes());
+    assert_eq!(thing(json!({"metadata": {"name": name}})), want);
+    // Two levels of widening, and what follows lands after them.
+    let children: Vec<_> = (0..3).map(|_| json!({"name": "b".repeat(130)})).collect();
+    let got = thing(json!({"children": children, "u64": 1}));
+    let mut want = Vec::new();
+    for _ in 0..3 {
+        want.extend_from_slice(&[0xa2, 0x01, 0x85, 0x01, 0x0a, 0x82, 0x01]);
+        want.extend_from_slice("b".repeat(130).as_bytes());
+    }
+    want.extend_from_slice(&[0xa8, 0x01, 1]);
+    assert_eq!(got, want);
+}
