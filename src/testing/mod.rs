@@ -802,6 +802,9 @@ impl FakeApiServer {
     /// [`RecordedRequest::content_type`] says what each request got.
     ///
     /// [`protobuf::schema::BUILTIN`]: crate::protobuf::schema::BUILTIN
+    ///
+    /// The default is on, unless the environment variable `KUBE_INFORMER_FAKE_PROTOBUF` is `0`
+    /// when the server starts: then JSON only, so a whole suite can be run in both encodings.
     pub fn set_protobuf_supported(&self, supported: bool) {
         self.shared.protobuf.lock().enabled = supported;
     }

@@ -29,10 +29,15 @@ pub(crate) struct ProtobufSettings {
     pub disabled: HashSet<(String, String)>,
 }
 
+/// Set to `0` to start every fake server with protobuf off (JSON only), so a test suite
+/// written against the default runs in the other encoding too (CI runs the reflector, informer
+/// and chaos suites both ways).
+pub const FAKE_PROTOBUF_ENV: &str = "KUBE_INFORMER_FAKE_PROTOBUF";
+
 impl Default for ProtobufSettings {
     fn default() -> Self {
         Self {
-            enabled: true,
+            enabled: std::env::var_os(FAKE_PROTOBUF_ENV).is_none_or(|v| v != "0"),
             disabled: HashSet::new(),
         }
     }
