@@ -164,7 +164,7 @@ fn pod_json() -> serde_json::Value {
                     "labelSelector": {"matchLabels": {"app": "web"},
                                       "matchExpressions": [{"key": "tier", "operator": "In", "values": ["front"]}]}}}]}},
             "nodeSelector": {"disk": "ssd"},
-            "terminationGracePeriodSeconds": 0,
+            "terminationGracePeriodSeconds": 0, "serviceAccountName": "default",
             "enableServiceLinks": false,
         },
     })
