@@ -139,6 +139,20 @@ fn skipped(field: &Field, raw: Raw<'_>) -> bool {
     }
 }
 
+/// The index in `message.fields` of field `number`.
+#[inline]
+fn field_index(message: &Message, number: u32) -> Option<usize> {
+    // Most messages number their fields densely from 1.
+    let dense = usize::try_from(number).ok()?.checked_sub(1)?;
+    match message.fields.get(dense) {
+        Some(f) if f.number == number => Some(dense),
+        _ => message
+            .fields
+            .binary_search_by_key(&number, |f| f.number)
+            .ok(),
+    }
+}
+
 /// One message's fields in the JSON object being decoded (itself or an inline one).
 #[derive(Clone, Copy)]
 struct Frame<'de> {
@@ -205,11 +219,7 @@ impl<'de> MessageAccess<'de> {
             let start = frame.reader.rest();
             let (number, wire) = frame.reader.tag()?;
             let message = frame.message;
-            let Some(index) = message
-                .fields
-                .binary_search_by_key(&number, |f| f.number)
-                .ok()
-            else {
+            let Some(index) = field_index(message, number) else {
                 // A field of a newer server.
                 frame.reader.value(wire)?;
                 continue;
