@@ -268,9 +268,14 @@ impl<'de> MessageAccess<'de> {
                     }
                     // The run of consecutive occurrences, validated as its elements are read.
                     frame.reader.value(wire)?;
+                    // Occurrences: the element count, unless scalars are packed.
+                    let mut count = 1usize;
+                    let mut packed = wire != wire_of(field.ty);
                     while frame.reader.peek_number() == Some(number) {
                         let (_, wire) = frame.reader.tag()?;
                         frame.reader.value(wire)?;
+                        count += 1;
+                        packed |= wire != wire_of(field.ty);
                     }
                     let used = start.len() - frame.reader.rest().len();
                     let run = Reader::new(start.get(..used).unwrap_or_default());
@@ -291,6 +296,7 @@ impl<'de> MessageAccess<'de> {
                             ty: field.ty,
                             reader: run,
                             packed: None,
+                            left: (!packed).then_some(count),
                         }),
                     }
                 }
@@ -360,6 +366,9 @@ struct Elements<'de> {
     ty: Type,
     reader: Reader<'de>,
     packed: Option<Reader<'de>>,
+    /// Elements still to come, when known (none are packed): the sequence's size hint, so a
+    /// `Vec` of large structs is allocated once rather than grown by copying.
+    left: Option<usize>,
 }
 
 impl<'de> SeqAccess<'de> for Elements<'de> {
@@ -401,10 +410,17 @@ impl<'de> SeqAccess<'de> for Elements<'de> {
                 ));
             }
             let raw = self.reader.value(got)?;
+            if let Some(left) = self.left.as_mut() {
+                *left = left.saturating_sub(1);
+            }
             return seed
                 .deserialize(Value::Single(self.ctx, self.ty, raw))
                 .map(Some);
         }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.left
     }
 }
 
@@ -723,6 +739,7 @@ fn schema_props<'de, V: Visitor<'de>>(
             ty: element,
             reader: Reader::new(run.get(..len).unwrap_or_default()),
             packed: None,
+            left: None,
         });
     }
     match (schema, ty) {
