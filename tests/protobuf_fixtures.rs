@@ -1,278 +1,356 @@
-//! The protobuf decoder against golden bytes: each `tests/fixtures/protobuf/<name>.pb` (made by
-//! apimachinery's protobuf serializer) must decode into its k8s-openapi type equal to serde_json's
-//! decode of the matching `<name>.json` (made by its JSON serializer from the same object).
-//!
-//! `PROTOBUF_FIXTURES` names another directory of such pairs.
+//! The golden protobuf fixtures of `tests/fixtures/protobuf/` (written by
+//! `scripts/protobuf-schema.sh fixtures` with apimachinery's own serializers) against the
+//! generated schema: each `.pb` is the magic `k8s\0` and a `runtime.Unknown` whose typeMeta is a
+//! root of the schema and matches the `.json` twin, and every field of the object, at every
+//! depth, is in the schema with a wire type its `Type` accepts. The watch stream is framed as
+//! kube-apiserver frames it.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-};
+use std::path::{Path, PathBuf};
 
-use k8s_openapi::{
-    api::{
-        admissionregistration::v1 as admissionregistration, apps::v1 as apps,
-        autoscaling::v2 as autoscaling, batch::v1 as batch, certificates::v1 as certificates,
-        coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
-        events::v1 as events, networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac,
-        scheduling::v1 as scheduling, storage::v1 as storage,
-    },
-    apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions,
-    apimachinery::pkg::apis::meta::v1 as meta,
-    kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration,
-};
-use kube_informer::{
-    protobuf::{LengthPrefixFramer, ProtobufListDecoder, decode_object, decode_watch_frame},
-    reflector::{
-        WatchEvent,
-        decode::{Projection, decode_list, decode_watch_event},
-    },
-};
-use serde::de::DeserializeOwned;
-use serde_json::Value;
+use kube_informer::protobuf::schema::{BUILTIN, Card, Message, MessageId, Type};
+
+const MAGIC: &[u8] = b"k8s\0";
+
+/// Every fixture pair: name, apiVersion, kind.
+const FIXTURES: &[(&str, &str, &str)] = &[
+    ("apiservice", "apiregistration.k8s.io/v1", "APIService"),
+    ("configmap", "v1", "ConfigMap"),
+    ("crd", "apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ("deployment", "apps/v1", "Deployment"),
+    ("endpointslice", "discovery.k8s.io/v1", "EndpointSlice"),
+    ("event", "events.k8s.io/v1", "Event"),
+    ("job", "batch/v1", "Job"),
+    ("lease", "coordination.k8s.io/v1", "Lease"),
+    ("namespace", "v1", "Namespace"),
+    ("node", "v1", "Node"),
+    (
+        "partialobjectmetadatalist",
+        "meta.k8s.io/v1",
+        "PartialObjectMetadataList",
+    ),
+    ("pod", "v1", "Pod"),
+    ("pod-minimal", "v1", "Pod"),
+    ("podlist", "v1", "PodList"),
+    ("replicaset", "apps/v1", "ReplicaSet"),
+    ("secret", "v1", "Secret"),
+    ("service", "v1", "Service"),
+    ("status", "v1", "Status"),
+];
 
 fn dir() -> PathBuf {
-    std::env::var_os("PROTOBUF_FIXTURES").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/protobuf"),
-        PathBuf::from,
-    )
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/protobuf")
 }
 
-/// The `.pb`/`.json` pairs of single objects and lists (not the watch stream).
-fn fixtures() -> Vec<(String, Vec<u8>, Vec<u8>)> {
-    let mut out = Vec::new();
-    let Ok(entries) = fs::read_dir(dir()) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_some_and(|e| e == "pb") {
-            let json = path.with_extension("json");
-            if !json.exists() {
-                continue;
-            }
-            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            out.push((name, fs::read(&path).unwrap(), fs::read(&json).unwrap()));
+fn read(name: &str) -> Vec<u8> {
+    let path = dir().join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// One field on the wire: number, wire type, and a length-delimited field's bytes.
+struct WireField<'a> {
+    number: u64,
+    wire: u64,
+    payload: &'a [u8],
+}
+
+fn varint(b: &mut &[u8]) -> u64 {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = b.split_first().expect("truncated varint");
+        *b = rest;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return value;
         }
     }
-    out.sort();
+    panic!("varint longer than ten bytes")
+}
+
+fn fields(mut b: &[u8]) -> Vec<WireField<'_>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let key = varint(&mut b);
+        let (number, wire) = (key >> 3, key & 7);
+        let len = match wire {
+            0 => {
+                varint(&mut b);
+                0
+            }
+            1 => 8,
+            5 => 4,
+            2 => usize::try_from(varint(&mut b)).unwrap(),
+            other => panic!("wire type {other}"),
+        };
+        assert!(b.len() >= len, "field {number} overruns its message");
+        let (payload, rest) = b.split_at(len);
+        out.push(WireField {
+            number,
+            wire,
+            payload: if wire == 2 { payload } else { &[] },
+        });
+        b = rest;
+    }
     out
 }
 
-/// Decodes both and asserts they are equal.
-fn same<K: DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str, pb: &[u8], json: &[u8]) {
-    let want: K = serde_json::from_slice(json).unwrap_or_else(|e| panic!("{name}: JSON: {e}"));
-    let got: K = decode_object(pb, &Projection::none())
-        .unwrap_or_else(|e| panic!("{name}: protobuf: {e}: {}", e.unredacted()));
-    assert_eq!(got, want, "{name}");
+fn string(payload: &[u8]) -> &str {
+    std::str::from_utf8(payload).expect("UTF-8")
 }
 
-/// Decodes a list both ways and asserts the pages are equal, and that the protobuf list decodes
-/// the same fed in small chunks.
-fn same_list<K: DeserializeOwned + PartialEq + std::fmt::Debug>(
-    name: &str,
-    pb: &[u8],
-    json: &[u8],
-) {
-    let want = decode_list::<K>(json).unwrap_or_else(|e| panic!("{name}: JSON: {e}"));
-    for chunk in [pb.len().max(1), 4096, 97] {
-        let mut decoder = ProtobufListDecoder::<K, K>::new();
-        for c in pb.chunks(chunk) {
-            decoder
-                .push(c, &mut |k| k)
-                .unwrap_or_else(|e| panic!("{name}: {e}: {}", e.unredacted()));
-        }
-        let got = decoder
-            .finish(&mut |k| k)
-            .unwrap_or_else(|e| panic!("{name}: {e}: {}", e.unredacted()));
-        assert!(got.undecodable.is_empty(), "{name}: {:?}", got.undecodable);
-        assert_eq!(got.metadata, want.metadata, "{name}");
-        assert_eq!(got.items.len(), want.items.len(), "{name}");
-        for (g, w) in got.items.iter().zip(&want.items) {
-            assert_eq!(g, w, "{name}");
-        }
-    }
-}
-
-/// Calls `same::<T>` (or `same_list::<T>` for its list kind) for the fixture's kind.
-macro_rules! by_kind {
-    ($name:expr, $pb:expr, $json:expr, $api_version:expr, $kind:expr; $($av:literal $k:literal => $ty:ty),* $(,)?) => {
-        match ($api_version, $kind) {
-            $(
-                ($av, $k) => { same::<$ty>($name, $pb, $json); true }
-                ($av, concat!($k, "List")) => { same_list::<$ty>($name, $pb, $json); true }
-            )*
-            _ => false,
-        }
-    };
-}
-
-#[test]
-fn every_fixture_decodes_as_its_json() {
-    let fixtures = fixtures();
-    let mut typed = 0;
-    let mut untyped = Vec::new();
-    for (name, pb, json) in &fixtures {
-        let value: Value = serde_json::from_slice(json).unwrap();
-        let api_version = value["apiVersion"].as_str().unwrap_or_default().to_owned();
-        let kind = value["kind"].as_str().unwrap_or_default().to_owned();
-        let known = by_kind!(name, pb, json, api_version.as_str(), kind.as_str();
-            "v1" "Pod" => core::Pod,
-            "v1" "ConfigMap" => core::ConfigMap,
-            "v1" "Secret" => core::Secret,
-            "v1" "Service" => core::Service,
-            "v1" "Node" => core::Node,
-            "v1" "Namespace" => core::Namespace,
-            "v1" "Event" => core::Event,
-            "v1" "Endpoints" => core::Endpoints,
-            "v1" "ServiceAccount" => core::ServiceAccount,
-            "v1" "PersistentVolume" => core::PersistentVolume,
-            "v1" "PersistentVolumeClaim" => core::PersistentVolumeClaim,
-            "v1" "ReplicationController" => core::ReplicationController,
-            "v1" "ResourceQuota" => core::ResourceQuota,
-            "v1" "LimitRange" => core::LimitRange,
-            "v1" "PodTemplate" => core::PodTemplate,
-            "apps/v1" "Deployment" => apps::Deployment,
-            "apps/v1" "StatefulSet" => apps::StatefulSet,
-            "apps/v1" "DaemonSet" => apps::DaemonSet,
-            "apps/v1" "ReplicaSet" => apps::ReplicaSet,
-            "apps/v1" "ControllerRevision" => apps::ControllerRevision,
-            "batch/v1" "Job" => batch::Job,
-            "batch/v1" "CronJob" => batch::CronJob,
-            "autoscaling/v2" "HorizontalPodAutoscaler" => autoscaling::HorizontalPodAutoscaler,
-            "policy/v1" "PodDisruptionBudget" => policy::PodDisruptionBudget,
-            "coordination.k8s.io/v1" "Lease" => coordination::Lease,
-            "discovery.k8s.io/v1" "EndpointSlice" => discovery::EndpointSlice,
-            "events.k8s.io/v1" "Event" => events::Event,
-            "networking.k8s.io/v1" "Ingress" => networking::Ingress,
-            "networking.k8s.io/v1" "NetworkPolicy" => networking::NetworkPolicy,
-            "networking.k8s.io/v1" "IngressClass" => networking::IngressClass,
-            "rbac.authorization.k8s.io/v1" "Role" => rbac::Role,
-            "rbac.authorization.k8s.io/v1" "ClusterRole" => rbac::ClusterRole,
-            "rbac.authorization.k8s.io/v1" "RoleBinding" => rbac::RoleBinding,
-            "rbac.authorization.k8s.io/v1" "ClusterRoleBinding" => rbac::ClusterRoleBinding,
-            "scheduling.k8s.io/v1" "PriorityClass" => scheduling::PriorityClass,
-            "storage.k8s.io/v1" "StorageClass" => storage::StorageClass,
-            "storage.k8s.io/v1" "CSIDriver" => storage::CSIDriver,
-            "storage.k8s.io/v1" "VolumeAttachment" => storage::VolumeAttachment,
-            "certificates.k8s.io/v1" "CertificateSigningRequest" => certificates::CertificateSigningRequest,
-            "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" => admissionregistration::ValidatingWebhookConfiguration,
-            "admissionregistration.k8s.io/v1" "MutatingWebhookConfiguration" => admissionregistration::MutatingWebhookConfiguration,
-            "admissionregistration.k8s.io/v1" "ValidatingAdmissionPolicy" => admissionregistration::ValidatingAdmissionPolicy,
-            "apiextensions.k8s.io/v1" "CustomResourceDefinition" => apiextensions::CustomResourceDefinition,
-            "apiregistration.k8s.io/v1" "APIService" => apiregistration::APIService,
-        );
-        if known {
-            typed += 1;
-        } else if (api_version.as_str(), kind.as_str()) == ("v1", "Status") {
-            same::<meta::Status>(name, pb, json);
-            typed += 1;
-        } else {
-            untyped.push(name.clone());
-        }
-        // Every fixture, typed or not, also decodes to the JSON's value (nulls, which protobuf
-        // cannot tell from absent, dropped from both).
-        let got: Value = decode_object(pb, &Projection::none())
-            .or_else(|_| {
-                kube_informer::protobuf::decode_list_map::<Value, Value>(pb, &mut |v| v)
-                    .map(|page| serde_json::json!({"items": page.items}))
-            })
-            .unwrap_or_else(|e| panic!("{name}: {e}: {}", e.unredacted()));
-        let mut want = value;
-        if got.get("apiVersion").is_none() {
-            want = serde_json::json!({"items": want["items"]});
-        }
-        if let Some(at) = first_difference(&without_nulls(got), &without_nulls(want), String::new())
-        {
-            panic!("{name}: the protobuf and JSON values differ at {at}");
-        }
-    }
-    assert!(
-        untyped.is_empty(),
-        "fixtures of kinds this test does not know: {untyped:?}"
-    );
-    eprintln!("{typed} fixtures decoded into their types");
-}
-
-/// The path of the first value where `a` and `b` differ, with both values.
-fn first_difference(a: &Value, b: &Value, path: String) -> Option<String> {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            for key in x.keys().chain(y.keys()) {
-                let (Some(xv), Some(yv)) = (x.get(key), y.get(key)) else {
-                    return Some(format!(
-                        "{path}.{key}: {:?} vs {:?}",
-                        x.get(key),
-                        y.get(key)
-                    ));
-                };
-                if let Some(d) = first_difference(xv, yv, format!("{path}.{key}")) {
-                    return Some(d);
+/// The `runtime.Unknown` after the magic: (apiVersion, kind, raw).
+fn unknown(bytes: &[u8]) -> (&str, &str, &[u8]) {
+    let body = bytes
+        .strip_prefix(MAGIC)
+        .expect("starts with the magic k8s\\0");
+    let (mut api_version, mut kind, mut raw) = ("", "", &[][..]);
+    for f in fields(body) {
+        match (f.number, f.wire) {
+            (1, 2) => {
+                for t in fields(f.payload) {
+                    match (t.number, t.wire) {
+                        (1, 2) => api_version = string(t.payload),
+                        (2, 2) => kind = string(t.payload),
+                        other => panic!("typeMeta field {other:?}"),
+                    }
                 }
             }
-            None
+            (2, 2) => raw = f.payload,
+            // contentEncoding, contentType: empty for an object the server encoded.
+            (3 | 4, 2) => assert!(f.payload.is_empty()),
+            other => panic!("Unknown field {other:?}"),
         }
-        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
-            .iter()
-            .zip(y)
-            .enumerate()
-            .find_map(|(i, (xv, yv))| first_difference(xv, yv, format!("{path}[{i}]"))),
-        _ if a == b => None,
-        _ => Some(format!("{path}: {a} vs {b}")),
+    }
+    (api_version, kind, raw)
+}
+
+fn wire_of(ty: Type) -> u64 {
+    match ty {
+        Type::Bool | Type::Int32 | Type::Int64 | Type::Uint32 | Type::Uint64 => 0,
+        Type::Double => 1,
+        Type::Float => 5,
+        _ => 2,
     }
 }
 
-fn without_nulls(v: Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.into_iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k, without_nulls(v)))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.into_iter().map(without_nulls).collect()),
-        other => other,
+/// Walks `bytes` as message `id`, checking each field against the schema; counts the fields.
+fn walk(id: MessageId, bytes: &[u8], seen: &mut usize) {
+    let message: &Message = BUILTIN.message(id);
+    for f in fields(bytes) {
+        *seen += 1;
+        let number = u32::try_from(f.number).unwrap();
+        let field = message
+            .field(number)
+            .unwrap_or_else(|| panic!("{} has no field {number}", message.name));
+        let at = format!("{}.{}", message.name, field.json);
+        if let Card::Map(key) = field.card {
+            assert_eq!(f.wire, 2, "{at}: map entry");
+            for e in fields(f.payload) {
+                match e.number {
+                    1 => assert_eq!(e.wire, wire_of(key), "{at}: key"),
+                    2 => value(&at, field.ty, &e, seen),
+                    other => panic!("{at}: map entry field {other}"),
+                }
+            }
+        } else if field.card == Card::Repeated && f.wire == 2 && wire_of(field.ty) != 2 {
+            // A packed run of scalars.
+        } else {
+            value(&at, field.ty, &f, seen);
+        }
+    }
+}
+
+fn value(at: &str, ty: Type, f: &WireField<'_>, seen: &mut usize) {
+    assert_eq!(f.wire, wire_of(ty), "{at}: wire type for {ty:?}");
+    match ty {
+        Type::Message(id) => walk(id, f.payload, seen),
+        Type::String => {
+            string(f.payload);
+        }
+        Type::RawJson => {
+            for raw in fields(f.payload) {
+                assert_eq!((raw.number, raw.wire), (1, 2), "{at}");
+                serde_json::from_slice::<serde_json::Value>(raw.payload)
+                    .unwrap_or_else(|e| panic!("{at}: raw is no JSON: {e}"));
+            }
+        }
+        Type::SchemaPropsOrArray(id) | Type::SchemaPropsOrStringArray(id) => {
+            for inner in fields(f.payload) {
+                match (ty, inner.number) {
+                    (_, 1) | (Type::SchemaPropsOrArray(_), 2) => walk(id, inner.payload, seen),
+                    (_, 2) => {
+                        string(inner.payload);
+                    }
+                    (_, other) => panic!("{at}: field {other}"),
+                }
+            }
+        }
+        Type::SchemaPropsOrBool(id) => {
+            for inner in fields(f.payload) {
+                match (inner.number, inner.wire) {
+                    (1, 0) => {}
+                    (2, 2) => walk(id, inner.payload, seen),
+                    other => panic!("{at}: field {other:?}"),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn json(name: &str) -> serde_json::Value {
+    serde_json::from_slice(&read(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn every_fixture_is_listed() {
+    let mut on_disk: Vec<String> = std::fs::read_dir(dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    on_disk.sort();
+    let mut expected: Vec<String> = FIXTURES
+        .iter()
+        .flat_map(|(name, ..)| [format!("{name}.json"), format!("{name}.pb")])
+        .chain(["watch-pods.jsonl".to_owned(), "watch-pods.pb".to_owned()])
+        .collect();
+    expected.sort();
+    assert_eq!(on_disk, expected);
+}
+
+#[test]
+fn objects_are_unknowns_of_schema_roots() {
+    for &(name, api_version, kind) in FIXTURES {
+        let pb = read(&format!("{name}.pb"));
+        let (got_version, got_kind, raw) = unknown(&pb);
+        assert_eq!((got_version, got_kind), (api_version, kind), "{name}.pb");
+        let id = BUILTIN
+            .root(api_version, kind)
+            .unwrap_or_else(|| panic!("{name}: {api_version} {kind} is no root"));
+        let text = json(&format!("{name}.json"));
+        assert_eq!(text["apiVersion"], api_version, "{name}.json");
+        assert_eq!(text["kind"], kind, "{name}.json");
+        let mut seen = 0;
+        walk(id, raw, &mut seen);
+        assert!(seen > 5, "{name}: only {seen} fields");
     }
 }
 
 #[test]
-fn the_watch_stream_decodes_as_its_json_lines() {
-    let (Ok(pb), Ok(jsonl)) = (
-        fs::read(dir().join("watch-pods.pb")),
-        fs::read_to_string(dir().join("watch-pods.jsonl")),
-    ) else {
-        return;
-    };
-    let lines: Vec<&str> = jsonl.lines().filter(|l| !l.trim().is_empty()).collect();
-    for chunk in [pb.len(), 1000, 13] {
-        let mut framer = LengthPrefixFramer::new(16 << 20);
-        let mut frames = Vec::new();
-        for c in pb.chunks(chunk) {
-            frames.extend(framer.push(c).unwrap());
-        }
-        assert!(framer.pending().is_empty());
-        assert_eq!(frames.len(), lines.len());
-        for (frame, line) in frames.iter().zip(&lines) {
-            let got = decode_watch_frame::<core::Pod>(frame, &Projection::none())
-                .unwrap_or_else(|e| panic!("{e}: {}", e.unredacted()));
-            let want = decode_watch_event::<core::Pod>(line.as_bytes()).unwrap();
-            match (got, want) {
-                (WatchEvent::Added(g), WatchEvent::Added(w))
-                | (WatchEvent::Modified(g), WatchEvent::Modified(w))
-                | (WatchEvent::Deleted(g), WatchEvent::Deleted(w)) => assert_eq!(g, w),
-                (
-                    WatchEvent::Bookmark {
-                        resource_version: g,
-                        initial_events_end: ge,
-                    },
-                    WatchEvent::Bookmark {
-                        resource_version: w,
-                        initial_events_end: we,
-                    },
-                ) => assert_eq!((g, ge), (w, we)),
-                (WatchEvent::Error(g), WatchEvent::Error(w)) => assert_eq!(g, w),
-                (g, w) => panic!("{g:?} is not {w:?}"),
+fn watch_stream_is_length_framed_raw_watch_events() {
+    let stream = read("watch-pods.pb");
+    let lines = read("watch-pods.jsonl");
+    let lines: Vec<serde_json::Value> = lines
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    assert!(BUILTIN.root("v1", "WatchEvent").is_some());
+    let mut rest = &stream[..];
+    let mut events = Vec::new();
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_at(4);
+        let len = usize::try_from(u32::from_be_bytes(len.try_into().unwrap())).unwrap();
+        let (frame, tail) = tail.split_at(len);
+        rest = tail;
+        // The event itself is raw protobuf: no magic, no Unknown.
+        assert!(!frame.starts_with(MAGIC));
+        // Not walked with the schema: WatchEvent.object is a RawExtension, whose raw is here the
+        // object encoded as protobuf (magic and Unknown), not JSON.
+        let mut seen = 0;
+        let (mut ty, mut object) = ("", &[][..]);
+        for f in fields(frame) {
+            match f.number {
+                1 => ty = string(f.payload),
+                2 => {
+                    let raw = fields(f.payload);
+                    assert_eq!(raw.len(), 1);
+                    object = raw[0].payload;
+                }
+                other => panic!("WatchEvent field {other}"),
             }
+        }
+        let (api_version, kind, raw) = unknown(object);
+        let id = BUILTIN.root(api_version, kind).unwrap();
+        walk(id, raw, &mut seen);
+        events.push((ty.to_owned(), kind.to_owned(), raw.to_vec()));
+    }
+    let types: Vec<_> = events
+        .iter()
+        .map(|(t, k, _)| (t.as_str(), k.as_str()))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("ADDED", "Pod"),
+            ("MODIFIED", "Pod"),
+            ("DELETED", "Pod"),
+            ("BOOKMARK", "Pod"),
+            ("ERROR", "Status"),
+        ]
+    );
+    assert_eq!(lines.len(), events.len());
+    for (line, (ty, kind, _)) in lines.iter().zip(&events) {
+        assert_eq!(line["type"], ty.as_str());
+        assert_eq!(line["object"]["kind"], kind.as_str());
+    }
+    let bookmark = &lines[3]["object"]["metadata"];
+    assert_eq!(bookmark["annotations"]["k8s.io/initial-events-end"], "true");
+    assert_eq!(lines[4]["object"]["code"], 410);
+}
+
+/// The JSON twins are what k8s-openapi reads: the decoder's output is compared with them.
+#[test]
+fn json_twins_deserialize_into_k8s_openapi() {
+    use k8s_openapi::api::{apps, batch, coordination, core, discovery, events};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
+    // k8s-openapi has no PartialObjectMetadata: its fields, with k8s-openapi's ObjectMeta.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Partial {
+        #[serde(rename = "apiVersion")]
+        api_version: String,
+        kind: String,
+        metadata: meta::ObjectMeta,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct PartialList {
+        #[serde(rename = "apiVersion")]
+        api_version: String,
+        kind: String,
+        metadata: meta::ListMeta,
+        items: Vec<Partial>,
+    }
+    fn check<T: serde::de::DeserializeOwned>(name: &str) {
+        let bytes = read(&format!("{name}.json"));
+        if let Err(e) = serde_json::from_slice::<T>(&bytes) {
+            panic!("{name}.json: {e}");
+        }
+    }
+    for &(name, ..) in FIXTURES {
+        match name {
+            "apiservice" => check::<apiregistration::APIService>(name),
+            "configmap" => check::<core::v1::ConfigMap>(name),
+            "crd" => check::<apiextensions::CustomResourceDefinition>(name),
+            "deployment" => check::<apps::v1::Deployment>(name),
+            "endpointslice" => check::<discovery::v1::EndpointSlice>(name),
+            "event" => check::<events::v1::Event>(name),
+            "job" => check::<batch::v1::Job>(name),
+            "lease" => check::<coordination::v1::Lease>(name),
+            "namespace" => check::<core::v1::Namespace>(name),
+            "node" => check::<core::v1::Node>(name),
+            "partialobjectmetadatalist" => check::<PartialList>(name),
+            "pod" | "pod-minimal" => check::<core::v1::Pod>(name),
+            "podlist" => check::<k8s_openapi::List<core::v1::Pod>>(name),
+            "replicaset" => check::<apps::v1::ReplicaSet>(name),
+            "secret" => check::<core::v1::Secret>(name),
+            "service" => check::<core::v1::Service>(name),
+            "status" => check::<meta::Status>(name),
+            other => panic!("no k8s-openapi type for {other}"),
         }
     }
 }

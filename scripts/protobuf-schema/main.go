@@ -179,7 +179,7 @@ func (w *walker) message(t reflect.Type) string {
 		w.messages[t] = &message{name: protoName(t)}
 		w.queue = append(w.queue, t)
 	}
-	return "msg:" + t.String()
+	return "msg:" + protoName(t)
 }
 
 // parseTag splits a `protobuf:"bytes,1,opt,name=x,casttype=y"` tag into wire type, number and
@@ -265,7 +265,7 @@ func (w *walker) valueType(where string, t reflect.Type, wire string) string {
 		checkWire(where, t, wire, "bytes")
 		if strings.HasPrefix(s, "SchemaProps") {
 			w.message(jsonSchemaProps)
-			return s + "(msg:" + jsonSchemaProps.String() + ")"
+			return s + "(msg:" + protoName(jsonSchemaProps) + ")"
 		}
 		return s
 	}
@@ -434,6 +434,7 @@ func generate(s *runtime.Scheme) string {
 		w.queue = w.queue[1:]
 		w.walk(t)
 	}
+	verify(w)
 	// Message ids: by protobuf name.
 	types := make([]reflect.Type, 0, len(w.messages))
 	for t := range w.messages {
@@ -445,7 +446,7 @@ func generate(s *runtime.Scheme) string {
 		if i > 0 && w.messages[types[i-1]].name == w.messages[t].name {
 			fail("two Go types are protobuf message %s", w.messages[t].name)
 		}
-		ids["msg:"+t.String()] = i
+		ids["msg:"+protoName(t)] = i
 	}
 	if len(types) > 1<<16 {
 		fail("%d messages do not fit MessageId(u16)", len(types))
@@ -538,7 +539,7 @@ pub(super) const KUBERNETES_VERSION: &str = "` + kubernetesVersion + `";
 	b.WriteString("];\n\n")
 	fmt.Fprintf(&b, "pub(super) static ROOTS: [Root; %d] = [\n", len(rs))
 	for _, r := range rs {
-		fmt.Fprintf(&b, "    r(%q, %q, %d),\n", r.apiVersion, r.kind, ids["msg:"+r.ty.String()])
+		fmt.Fprintf(&b, "    r(%q, %q, %d),\n", r.apiVersion, r.kind, ids["msg:"+protoName(r.ty)])
 	}
 	b.WriteString("];\n")
 	return b.String()

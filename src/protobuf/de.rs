@@ -588,8 +588,8 @@ fn single<'de, V: Visitor<'de>>(
         #[allow(clippy::cast_possible_truncation)]
         (Type::Uint32, Raw::Varint(v)) => visitor.visit_u32(v as u32),
         (Type::Uint64, Raw::Varint(v)) => visitor.visit_u64(v),
-        (Type::Double, Raw::Fixed64(bits)) => visitor.visit_f64(f64::from_bits(bits)),
-        (Type::Float, Raw::Fixed32(bits)) => visitor.visit_f32(f32::from_bits(bits)),
+        (Type::Double, Raw::Fixed64(bits)) => float(f64::from_bits(bits), visitor),
+        (Type::Float, Raw::Fixed32(bits)) => float(f64::from(f32::from_bits(bits)), visitor),
         (Type::Message(id), Raw::Len(b)) => nested(ctx, b, id, visitor),
         (Type::Time | Type::MicroTime, Raw::Len(b)) => {
             if b.is_empty() {
@@ -670,6 +670,22 @@ fn single<'de, V: Visitor<'de>>(
         ) => schema_props(ctx, ty, id, b, visitor),
         _ => Err(Error::new(ErrorKind::WrongWireType)),
     }
+}
+
+/// A float as the number Go's `encoding/json` writes: an integral value below 1e21 without a
+/// fraction (`1`, not `1.0`), so self-describing targets (`serde_json::Value`, `DynamicObject`)
+/// see an integer where JSON has one; typed `f64` fields accept either.
+fn float<'de, V: Visitor<'de>>(f: f64, visitor: V) -> Result<V::Value, Error> {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    if f.fract() == 0.0 && f.abs() < 1e19 && !(f == 0.0 && f.is_sign_negative()) {
+        if f >= 0.0 {
+            return visitor.visit_u64(f as u64);
+        }
+        if f >= -9.2e18 {
+            return visitor.visit_i64(f as i64);
+        }
+    }
+    visitor.visit_f64(f)
 }
 
 /// A nested message, one level deeper.

@@ -108,6 +108,9 @@ pub enum Type {
     IntOrString,
     /// Raw JSON bytes in field 1 of a message: `metav1.FieldsV1{Raw}`,
     /// `runtime.RawExtension{raw}`, apiextensions `JSON{raw}` → the JSON value they hold.
+    ///
+    /// One exception: in a protobuf watch stream, `WatchEvent.object` (a `RawExtension`) holds
+    /// the object's own protobuf encoding (magic `k8s\0` and a `runtime.Unknown`), not JSON.
     RawJson,
     /// apiextensions `JSONSchemaPropsOrArray{schema = 1, jSONSchemas = 2}` → an object or an
     /// array of the given `JSONSchemaProps` message.
@@ -235,6 +238,30 @@ mod tests {
         for r in BUILTIN.roots {
             assert!(usize::from(r.message.0) < BUILTIN.messages.len(), "{r:?}");
             assert!(!r.api_version.contains("__internal"), "{r:?}");
+        }
+    }
+
+    /// Each root's message is its kind, of its group version's Go package (or apimachinery's
+    /// meta for WatchEvent, Status, the options kinds...).
+    #[test]
+    fn roots_name_their_own_message() {
+        for r in BUILTIN.roots {
+            let name = BUILTIN.message(r.message).name;
+            let (package, kind) = name.rsplit_once('.').unwrap();
+            assert_eq!(kind, r.kind, "{r:?} is {name}");
+            if package == "k8s.io.apimachinery.pkg.apis.meta.v1" {
+                continue;
+            }
+            let version = r.api_version.rsplit('/').next().unwrap();
+            assert!(package.ends_with(&format!(".{version}")), "{r:?} is {name}");
+            let group = r.api_version.rsplit_once('/').map_or("core", |(g, _)| g);
+            let group = group.split('.').next().unwrap();
+            let group = if group == "internal" {
+                "apiserverinternal"
+            } else {
+                group
+            };
+            assert!(package.contains(&format!(".{group}.")), "{r:?} is {name}");
         }
     }
 
@@ -416,6 +443,13 @@ mod tests {
         assert_eq!(field(event, "eventTime").ty, Type::MicroTime);
         assert_eq!(field(event, "deprecatedFirstTimestamp").ty, Type::Time);
         let series = message_of(field(event, "series").ty);
+        // Not core/v1's EventSeries: Go types of the same name in two packages are two messages.
+        assert_eq!(series.name, "k8s.io.api.events.v1.EventSeries");
+        let slice = root("discovery.k8s.io/v1", "EndpointSlice");
+        assert_eq!(
+            message_of(field(slice, "ports").ty).name,
+            "k8s.io.api.discovery.v1.EndpointPort"
+        );
         assert_eq!(field(series, "lastObservedTime").ty, Type::MicroTime);
 
         let lease = message_of(field(root("coordination.k8s.io/v1", "Lease"), "spec").ty);

@@ -141,7 +141,7 @@ pub(super) static MESSAGES: [Message; 920] = [
         name: "k8s.io.api.admissionregistration.v1.MutatingWebhook",
         fields: &[
             f(1, "name", String, S),
-            f(2, "clientConfig", m(881), S),
+            f(2, "clientConfig", m(35), S),
             f(3, "rules", m(20), R),
             f(4, "failurePolicy", String, S),
             f(5, "namespaceSelector", m(895), S),
@@ -310,7 +310,7 @@ pub(super) static MESSAGES: [Message; 920] = [
         name: "k8s.io.api.admissionregistration.v1.ValidatingWebhook",
         fields: &[
             f(1, "name", String, S),
-            f(2, "clientConfig", m(881), S),
+            f(2, "clientConfig", m(35), S),
             f(3, "rules", m(20), R),
             f(4, "failurePolicy", String, S),
             f(5, "namespaceSelector", m(895), S),
@@ -360,7 +360,7 @@ pub(super) static MESSAGES: [Message; 920] = [
     Message {
         name: "k8s.io.api.admissionregistration.v1.WebhookClientConfig",
         fields: &[
-            f(1, "service", m(919), S),
+            f(1, "service", m(21), S),
             z(2, "caBundle", Bytes),
             f(3, "url", String, S),
         ],
@@ -2806,7 +2806,7 @@ pub(super) static MESSAGES: [Message; 920] = [
         fields: &[
             f(1, "addresses", m(288), R),
             f(2, "notReadyAddresses", m(288), R),
-            f(3, "ports", m(489), R),
+            f(3, "ports", m(289), R),
         ],
     },
     // 291
@@ -2914,7 +2914,7 @@ pub(super) static MESSAGES: [Message; 920] = [
             z(8, "count", Int32),
             z(9, "type", String),
             f(10, "eventTime", MicroTime, S),
-            f(11, "series", m(496), S),
+            f(11, "series", m(301), S),
             z(12, "action", String),
             f(13, "related", m(368), S),
             f(14, "reportingComponent", String, S),
@@ -2926,7 +2926,7 @@ pub(super) static MESSAGES: [Message; 920] = [
         name: "k8s.io.api.core.v1.EventList",
         fields: &[
             f(1, "metadata", m(897), S),
-            f(2, "items", m(494), R),
+            f(2, "items", m(299), R),
         ],
     },
     // 301
@@ -4268,7 +4268,7 @@ pub(super) static MESSAGES: [Message; 920] = [
         fields: &[
             f(1, "limits", Quantity, M),
             f(2, "requests", Quantity, M),
-            f(3, "claims", m(631), R),
+            f(3, "claims", m(426), R),
         ],
     },
     // 434
@@ -5016,7 +5016,7 @@ pub(super) static MESSAGES: [Message; 920] = [
     Message {
         name: "k8s.io.api.flowcontrol.v1.PolicyRulesWithSubjects",
         fields: &[
-            f(1, "subjects", m(590), R),
+            f(1, "subjects", m(518), R),
             f(2, "resourceRules", m(516), R),
             f(3, "nonResourceRules", m(507), R),
         ],
@@ -8366,7 +8366,7 @@ pub(super) static MESSAGES: [Message; 920] = [
     Message {
         name: "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.WebhookClientConfig",
         fields: &[
-            f(1, "service", m(919), S),
+            f(1, "service", m(879), S),
             z(2, "caBundle", Bytes),
             f(3, "url", String, S),
         ],
@@ -8844,7 +8844,7 @@ pub(super) static ROOTS: [Root; 492] = [
     r("authentication.k8s.io/v1", "ListOptions", 898),
     r("authentication.k8s.io/v1", "PatchOptions", 904),
     r("authentication.k8s.io/v1", "SelfSubjectReview", 133),
-    r("authentication.k8s.io/v1", "TokenRequest", 842),
+    r("authentication.k8s.io/v1", "TokenRequest", 135),
     r("authentication.k8s.io/v1", "TokenReview", 138),
     r("authentication.k8s.io/v1", "UpdateOptions", 912),
     r("authentication.k8s.io/v1", "WatchEvent", 913),
@@ -9199,8 +9199,8 @@ pub(super) static ROOTS: [Root; 492] = [
     r("v1", "DeleteOptions", 890),
     r("v1", "Endpoints", 291),
     r("v1", "EndpointsList", 292),
-    r("v1", "Event", 494),
-    r("v1", "EventList", 495),
+    r("v1", "Event", 299),
+    r("v1", "EventList", 300),
     r("v1", "GetOptions", 892),
     r("v1", "LimitRange", 327),
     r("v1", "LimitRangeList", 329),
