@@ -89,7 +89,7 @@ fn peek_long_varint(data: &[u8]) -> Result<Option<(u64, usize)>, Error> {
 pub(crate) fn split_tag(tag: u64) -> Result<(u32, WireType), Error> {
     let number = u32::try_from(tag >> 3)
         .ok()
-        .filter(|&n| n >= 1 && n <= (1 << 29) - 1)
+        .filter(|n| (1..1 << 29).contains(n))
         .ok_or_else(|| Error::new(ErrorKind::BadTag))?;
     let wire = match tag & 7 {
         0 => WireType::Varint,
