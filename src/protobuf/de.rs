@@ -139,6 +139,20 @@ fn skipped(field: &Field, raw: Raw<'_>) -> bool {
     }
 }
 
+/// The index in `message.fields` of field `number`.
+#[inline]
+fn field_index(message: &Message, number: u32) -> Option<usize> {
+    // Most messages number their fields densely from 1.
+    let dense = usize::try_from(number).ok()?.checked_sub(1)?;
+    match message.fields.get(dense) {
+        Some(f) if f.number == number => Some(dense),
+        _ => message
+            .fields
+            .binary_search_by_key(&number, |f| f.number)
+            .ok(),
+    }
+}
+
 /// One message's fields in the JSON object being decoded (itself or an inline one).
 #[derive(Clone, Copy)]
 struct Frame<'de> {
@@ -205,11 +219,7 @@ impl<'de> MessageAccess<'de> {
             let start = frame.reader.rest();
             let (number, wire) = frame.reader.tag()?;
             let message = frame.message;
-            let Some(index) = message
-                .fields
-                .binary_search_by_key(&number, |f| f.number)
-                .ok()
-            else {
+            let Some(index) = field_index(message, number) else {
                 // A field of a newer server.
                 frame.reader.value(wire)?;
                 continue;
@@ -258,9 +268,14 @@ impl<'de> MessageAccess<'de> {
                     }
                     // The run of consecutive occurrences, validated as its elements are read.
                     frame.reader.value(wire)?;
+                    // Occurrences: the element count, unless scalars are packed.
+                    let mut count = 1usize;
+                    let mut packed = wire != wire_of(field.ty);
                     while frame.reader.peek_number() == Some(number) {
                         let (_, wire) = frame.reader.tag()?;
                         frame.reader.value(wire)?;
+                        count += 1;
+                        packed |= wire != wire_of(field.ty);
                     }
                     let used = start.len() - frame.reader.rest().len();
                     let run = Reader::new(start.get(..used).unwrap_or_default());
@@ -281,6 +296,7 @@ impl<'de> MessageAccess<'de> {
                             ty: field.ty,
                             reader: run,
                             packed: None,
+                            left: (!packed).then_some(count),
                         }),
                     }
                 }
@@ -350,6 +366,9 @@ struct Elements<'de> {
     ty: Type,
     reader: Reader<'de>,
     packed: Option<Reader<'de>>,
+    /// Elements still to come, when known (none are packed): the sequence's size hint, so a
+    /// `Vec` of large structs is allocated once rather than grown by copying.
+    left: Option<usize>,
 }
 
 impl<'de> SeqAccess<'de> for Elements<'de> {
@@ -391,10 +410,17 @@ impl<'de> SeqAccess<'de> for Elements<'de> {
                 ));
             }
             let raw = self.reader.value(got)?;
+            if let Some(left) = self.left.as_mut() {
+                *left = left.saturating_sub(1);
+            }
             return seed
                 .deserialize(Value::Single(self.ctx, self.ty, raw))
                 .map(Some);
         }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.left
     }
 }
 
@@ -562,8 +588,8 @@ fn single<'de, V: Visitor<'de>>(
         #[allow(clippy::cast_possible_truncation)]
         (Type::Uint32, Raw::Varint(v)) => visitor.visit_u32(v as u32),
         (Type::Uint64, Raw::Varint(v)) => visitor.visit_u64(v),
-        (Type::Double, Raw::Fixed64(bits)) => visitor.visit_f64(f64::from_bits(bits)),
-        (Type::Float, Raw::Fixed32(bits)) => visitor.visit_f32(f32::from_bits(bits)),
+        (Type::Double, Raw::Fixed64(bits)) => float(f64::from_bits(bits), visitor),
+        (Type::Float, Raw::Fixed32(bits)) => float(f64::from(f32::from_bits(bits)), visitor),
         (Type::Message(id), Raw::Len(b)) => nested(ctx, b, id, visitor),
         (Type::Time | Type::MicroTime, Raw::Len(b)) => {
             if b.is_empty() {
@@ -646,6 +672,22 @@ fn single<'de, V: Visitor<'de>>(
     }
 }
 
+/// A float as the number Go's `encoding/json` writes: an integral value below 1e21 without a
+/// fraction (`1`, not `1.0`), so self-describing targets (`serde_json::Value`, `DynamicObject`)
+/// see an integer where JSON has one; typed `f64` fields accept either.
+fn float<'de, V: Visitor<'de>>(f: f64, visitor: V) -> Result<V::Value, Error> {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    if f.fract() == 0.0 && f.abs() < 1e19 && !(f == 0.0 && f.is_sign_negative()) {
+        if f >= 0.0 {
+            return visitor.visit_u64(f as u64);
+        }
+        if f >= -9.2e18 {
+            return visitor.visit_i64(f as i64);
+        }
+    }
+    visitor.visit_f64(f)
+}
+
 /// A nested message, one level deeper.
 fn nested<'de, V: Visitor<'de>>(
     ctx: Ctx,
@@ -713,6 +755,7 @@ fn schema_props<'de, V: Visitor<'de>>(
             ty: element,
             reader: Reader::new(run.get(..len).unwrap_or_default()),
             packed: None,
+            left: None,
         });
     }
     match (schema, ty) {

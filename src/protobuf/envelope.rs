@@ -32,7 +32,7 @@ pub(crate) struct Envelope<'a> {
 /// Strips the magic from `body`.
 pub(crate) fn strip_magic(body: &[u8]) -> Result<&[u8], Error> {
     body.strip_prefix(&MAGIC[..])
-        .ok_or(Error::new(ErrorKind::BadMagic))
+        .ok_or_else(|| Error::new(ErrorKind::BadMagic))
 }
 
 /// The `apiVersion` and `kind` of a `runtime.TypeMeta` message.
@@ -94,7 +94,7 @@ pub(crate) fn envelope(body: &[u8]) -> Result<Envelope<'_>, Error> {
     Ok(Envelope {
         api_version: meta.0,
         kind: meta.1,
-        raw: raw.ok_or(Error::new(ErrorKind::BadEnvelope))?,
+        raw: raw.ok_or_else(|| Error::new(ErrorKind::BadEnvelope))?,
     })
 }
 

@@ -45,7 +45,10 @@ pub enum ErrorKind {
 /// object (serde's "invalid type: string \"...\""). It reaches users only through
 /// [`DecodeError`](crate::reflector::decode::DecodeError), whose `Display` is redacted, and
 /// [`DecodeError::unredacted`](crate::reflector::decode::DecodeError::unredacted).
-pub struct Error {
+pub struct Error(Box<Inner>);
+
+/// Boxed, so that the `Result`s of the hot wire-reading paths stay two words (errors are rare).
+struct Inner {
     kind: ErrorKind,
     detail: Detail,
 }
@@ -63,26 +66,22 @@ enum Detail {
 }
 
 impl Error {
+    #[cold]
+    fn with(kind: ErrorKind, detail: Detail) -> Self {
+        Self(Box::new(Inner { kind, detail }))
+    }
+
     pub(crate) fn new(kind: ErrorKind) -> Self {
-        Self {
-            kind,
-            detail: Detail::None,
-        }
+        Self::with(kind, Detail::None)
     }
 
     /// A wire error in field `number` of message `message`.
     pub(crate) fn at_field(kind: ErrorKind, message: &'static str, number: u32) -> Self {
-        Self {
-            kind,
-            detail: Detail::Field(message, number),
-        }
+        Self::with(kind, Detail::Field(message, number))
     }
 
     pub(crate) fn json(e: serde_json::Error) -> Self {
-        Self {
-            kind: ErrorKind::Data,
-            detail: Detail::Json(Box::new(e)),
-        }
+        Self::with(ErrorKind::Data, Detail::Json(Box::new(e)))
     }
 
     pub(crate) fn unknown_kind(api_version: &str, kind: &str) -> Self {
@@ -96,26 +95,23 @@ impl Error {
         } else {
             Detail::None
         };
-        Self {
-            kind: ErrorKind::UnknownKind,
-            detail,
-        }
+        Self::with(ErrorKind::UnknownKind, detail)
     }
 
     /// The class of the error.
     #[must_use]
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.0.kind
     }
 
     /// Whether the error is in the values rather than the wire format.
     pub(crate) fn is_data(&self) -> bool {
-        self.kind == ErrorKind::Data
+        self.0.kind == ErrorKind::Data
     }
 
     /// The message with nothing of the object in it.
     pub(crate) fn redacted(&self) -> String {
-        match &self.detail {
+        match &self.0.detail {
             Detail::Message(m) => crate::reflector::decode::redact_data_message(m, ""),
             Detail::Json(e) => crate::reflector::decode::redacted_json(e),
             _ => self.to_string(),
@@ -125,7 +121,7 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.kind {
+        let what = match self.0.kind {
             ErrorKind::Truncated => "truncated protobuf message",
             ErrorKind::BadVarint => "malformed protobuf varint",
             ErrorKind::BadTag => "malformed protobuf tag",
@@ -140,7 +136,7 @@ impl fmt::Display for Error {
             ErrorKind::FrameTooLarge => "watch frame longer than the limit",
             ErrorKind::Data => "invalid data",
         };
-        match &self.detail {
+        match &self.0.detail {
             Detail::None => f.write_str(what),
             Detail::Field(message, number) => write!(f, "{what} (field {number} of {message})"),
             Detail::Kind(k) => write!(f, "{what}: {k}"),
@@ -154,7 +150,7 @@ impl fmt::Debug for Error {
     /// Redacted, as `Debug` output ends up in logs as easily as `Display`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Error")
-            .field("kind", &self.kind)
+            .field("kind", &self.0.kind)
             .field("message", &self.redacted())
             .finish()
     }
@@ -164,9 +160,6 @@ impl std::error::Error for Error {}
 
 impl serde::de::Error for Error {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        Self {
-            kind: ErrorKind::Data,
-            detail: Detail::Message(msg.to_string().into()),
-        }
+        Self::with(ErrorKind::Data, Detail::Message(msg.to_string().into()))
     }
 }

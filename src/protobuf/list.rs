@@ -292,7 +292,7 @@ impl<K: DeserializeOwned, T> Parser<K, T> {
                 };
                 let (number, raw) = Reader::new(field)
                     .field()?
-                    .ok_or(Error::new(ErrorKind::Truncated))?;
+                    .ok_or_else(|| Error::new(ErrorKind::Truncated))?;
                 match number {
                     unknown::TYPE_META => {
                         let wire::Raw::Len(b) = raw else {
@@ -336,7 +336,9 @@ impl<K: DeserializeOwned, T> Parser<K, T> {
                     return Ok(Some(Step::Wait));
                 };
                 let value = field.get(h.header_len..).unwrap_or_default();
-                let list = self.list.ok_or(Error::new(ErrorKind::BadEnvelope))?;
+                let list = self
+                    .list
+                    .ok_or_else(|| Error::new(ErrorKind::BadEnvelope))?;
                 match h.number {
                     LIST_METADATA | LIST_ITEMS if h.wire != WireType::Len => {
                         return Err(Error::at_field(ErrorKind::WrongWireType, "List", h.number));

@@ -24,9 +24,9 @@
 //! [`DecodeError`](crate::reflector::decode::DecodeError)s, redacted as for JSON, with a
 //! [`ErrorKind`] for the protobuf class.
 //!
-//! One module per concept: the [wire](wire) reader, the deserializer, the
-//! [envelope](decode_object), [lists](ProtobufListDecoder), [watch frames](decode_watch_frame),
-//! the JSON formats of times and durations, and the [errors](Error).
+//! One module per concept: the wire reader, the deserializer, the [envelope](decode_object),
+//! [lists](ProtobufListDecoder), [watch frames](decode_watch_frame), the JSON formats of times
+//! and durations, and the [errors](Error).
 
 mod de;
 #[cfg(feature = "testing")]
@@ -42,7 +42,8 @@ mod wire;
 pub use envelope::{MAGIC, decode_object};
 pub use error::{Error, ErrorKind};
 pub use list::{ProtobufListDecoder, decode_list_map};
-#[allow(unused_imports)] // For the reflector's protobuf watch.
+// For the reflector's protobuf watch, which is not wired yet.
+#[allow(unused_imports)]
 pub(crate) use watch::undecodable_frame;
 pub use watch::{LengthPrefixFramer, decode_watch_frame};
 

@@ -310,7 +310,7 @@ fn omit_zero_and_zero_time_are_left_out() {
     let bytes = [s(2, "x"), v(23, 5), v(29, 1), fixed64(32, 2.0f64.to_bits())].concat();
     assert_eq!(
         decode(&bytes).unwrap(),
-        json!({"z": "x", "zi": 5, "zb": true, "zd": 2.0})
+        json!({"z": "x", "zi": 5, "zb": true, "zd": 2})
     );
     // An epoch time that is not empty is not the zero time.
     assert_eq!(
@@ -360,7 +360,8 @@ fn packed_and_unpacked_repeated_scalars() {
     ]
     .concat();
     let bytes = [l(31, &floats), fixed64(31, 3.0f64.to_bits())].concat();
-    assert_eq!(decode(&bytes).unwrap(), json!({"floats": [1.0, 2.5, 3.0]}));
+    // Integral floats are integers, as Go's JSON writes them.
+    assert_eq!(decode(&bytes).unwrap(), json!({"floats": [1, 2.5, 3]}));
     let bytes = [s(14, "a"), s(14, ""), s(14, "c")].concat();
     assert_eq!(decode(&bytes).unwrap(), json!({"names": ["a", "", "c"]}));
     // A packed run cut inside an element.

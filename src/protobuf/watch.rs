@@ -182,6 +182,7 @@ pub(crate) fn decode_watch_frame_in<K: DeserializeOwned>(
 
 /// After [`decode_watch_frame`] failed: is the frame a well-formed event whose object merely
 /// does not fit `K`? Then the watch can skip it instead of failing.
+#[allow(dead_code)]
 pub(crate) fn undecodable_frame(
     frame: &[u8],
     error: DecodeError,
@@ -189,6 +190,7 @@ pub(crate) fn undecodable_frame(
     undecodable_frame_in(&BUILTIN, frame, error)
 }
 
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn undecodable_frame_in(
     schema: &'static Schema,
     frame: &[u8],

@@ -49,7 +49,18 @@ pub(crate) const MAX_VARINT_LEN: usize = 10;
 /// # Errors
 ///
 /// [`ErrorKind::BadVarint`] when it runs past ten bytes or past 64 bits.
+#[inline]
 pub(crate) fn peek_varint(data: &[u8]) -> Result<Option<(u64, usize)>, Error> {
+    // Most varints (tags, lengths, small numbers) are one byte.
+    if let Some(&b) = data.first()
+        && b < 0x80
+    {
+        return Ok(Some((u64::from(b), 1)));
+    }
+    peek_long_varint(data)
+}
+
+fn peek_long_varint(data: &[u8]) -> Result<Option<(u64, usize)>, Error> {
     let mut value: u64 = 0;
     for (i, &b) in data.iter().enumerate().take(MAX_VARINT_LEN) {
         let bits = u64::from(b & 0x7f);
@@ -78,8 +89,8 @@ pub(crate) fn peek_varint(data: &[u8]) -> Result<Option<(u64, usize)>, Error> {
 pub(crate) fn split_tag(tag: u64) -> Result<(u32, WireType), Error> {
     let number = u32::try_from(tag >> 3)
         .ok()
-        .filter(|&n| n >= 1 && n <= (1 << 29) - 1)
-        .ok_or(Error::new(ErrorKind::BadTag))?;
+        .filter(|n| (1..1 << 29).contains(n))
+        .ok_or_else(|| Error::new(ErrorKind::BadTag))?;
     let wire = match tag & 7 {
         0 => WireType::Varint,
         1 => WireType::Fixed64,
@@ -111,6 +122,7 @@ impl<'de> Reader<'de> {
     }
 
     /// Reads a varint.
+    #[inline]
     pub(crate) fn varint(&mut self) -> Result<u64, Error> {
         match peek_varint(self.data)? {
             Some((v, n)) => {
@@ -171,8 +183,14 @@ impl<'de> Reader<'de> {
     /// The number of the next field, without reading it; `None` at the end or on a bad tag
     /// (which reading it reports).
     pub(crate) fn peek_number(&self) -> Option<u32> {
-        let mut copy = *self;
-        copy.tag().ok().map(|(n, _)| n)
+        match self.data.first() {
+            None => None,
+            Some(&b) if b < 0x80 => Some(u32::from(b >> 3)),
+            Some(_) => {
+                let mut copy = *self;
+                copy.tag().ok().map(|(n, _)| n)
+            }
+        }
     }
 }
 

@@ -129,6 +129,7 @@ impl Cause {
     }
 
     /// Whether the bytes are well-formed and only their values do not fit the type.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn is_data(&self) -> bool {
         match self {
             Cause::Json(e) => e.is_data(),
