@@ -31,7 +31,6 @@ async fn cache_equals_server(
     api: &Api<ConfigMap>,
     informer: &SharedIndexInformer<ConfigMap>,
 ) {
-    let mut last = String::new();
     let deadline = tokio::time::Instant::now() + CONVERGE_TIMEOUT;
     loop {
         let server: BTreeMap<String, ConfigMap> = within("list", api.list(&ListParams::default()))
@@ -50,7 +49,7 @@ async fn cache_equals_server(
         if cached == server {
             return;
         }
-        last = format!(
+        let last = format!(
             "{} cached, {} on the server; first difference at {:?}",
             cached.len(),
             server.len(),
