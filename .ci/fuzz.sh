@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION=0.13.2
 seconds=${KUBE_INFORMER_FUZZ_SECONDS:-60}
-targets=(watch_stream list_decode)
+targets=(watch_stream list_decode protobuf_list protobuf_watch)
 # The build flags, the same for build, run and replay (a mismatch rebuilds).
 build_flags=(--dev --sanitizer none)
 # -timeout: seconds one input may take before it counts as a hang (saved as timeout-*).

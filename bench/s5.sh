@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # S5: cold sync of 10,000 Pods from a real kube-apiserver (TLS, token auth), client-go in its
-# default protobuf mode against kube-informer (JSON). Starts etcd + kube-apiserver on free
+# default protobuf mode against kube-informer in JSON, in protobuf, and in protobuf with the
+# Compact cache. Starts etcd + kube-apiserver on free
 # loopback ports the way tests/e2e/support.rs does, loads the seeded fixture Pods with s5-load,
 # runs both clients RUNS times interleaved and prints medians. See ../BENCHMARKS.md.
 #
@@ -89,9 +90,11 @@ sleep 5 # let the apiserver settle (watch cache filled, load-time GC done)
 
 results="$dir/results"
 for i in $(seq "$runs"); do
-    for client in informer go; do
+    for client in informer informer-pb informer-pb-compact go; do
         case $client in
-            informer) line="$("$target/release/client-informer" --kubeconfig "$dir/kubeconfig" | grep '^RESULT')" ;;
+            informer) line="$("$target/release/client-informer" --kubeconfig "$dir/kubeconfig" --wire json | grep '^RESULT')" ;;
+            informer-pb) line="$("$target/release/client-informer" --kubeconfig "$dir/kubeconfig" --wire protobuf | grep '^RESULT')" ;;
+            informer-pb-compact) line="$("$target/release/client-informer" --kubeconfig "$dir/kubeconfig" --wire protobuf --cache compact | grep '^RESULT')" ;;
             go) line="$(GOMAXPROCS=2 "$target/release/client-go-bench" --kubeconfig "$dir/kubeconfig" | grep '^RESULT')" ;;
         esac
         echo "run $i $client: $line" >&2
@@ -113,9 +116,10 @@ for client in rows:
 print(f"### S5: cold sync from a real kube-apiserver, N = {sys.argv[2]} Pods\n")
 print("| client | CPU to synced (s) | wall to synced (s) | peak RSS (MiB) | CPU ÷ client-go | wall ÷ client-go | RSS ÷ client-go |")
 print("|---|---|---|---|---|---|---|")
-names = {"informer": "kube-informer (JSON)", "go": "client-go (protobuf)"}
+names = {"informer": "kube-informer (JSON)", "informer-pb": "kube-informer (protobuf)",
+         "informer-pb-compact": "kube-informer (protobuf, Compact cache)", "go": "client-go (protobuf)"}
 g = [med("go", k) for k in ("cpu_sync_s", "synced_s", "hwm_kb")]
-for client in ("informer", "go"):
+for client in ("informer", "informer-pb", "informer-pb-compact", "go"):
     c = [med(client, k) for k in ("cpu_sync_s", "synced_s", "hwm_kb")]
     print(f"| {names[client]} | {c[0]:.3f} | {c[1]:.3f} | {c[2] / 1024:.0f} | {c[0] / g[0]:.2f}× | {c[1] / g[1]:.2f}× | {c[2] / g[2]:.2f}× |")
 print(f"\nMedians of {len(rows['go'])} runs.")

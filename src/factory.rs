@@ -24,7 +24,7 @@ use crate::{
         FifoMode, InformerConfig, InformerId, InformerMetricsProvider, SharedIndexInformer,
     },
     lister::Lister,
-    reflector::{ApiListerWatcher, Projection, ReflectorConfig},
+    reflector::{ApiListerWatcher, Projection, ReflectorConfig, WireFormat},
     selector::SelectorArg,
     store::CacheStorage,
     transform::{MetaTransformFn, meta_transform},
@@ -66,6 +66,12 @@ pub struct FactoryConfig {
     pub informer_name: Option<String>,
     /// Where informer metrics go (see [`InformerMetricsProvider`]).
     pub metrics_provider: Option<Arc<dyn InformerMetricsProvider>>,
+    /// The encoding every informer asks the server for; `None` (the default) for client-go's
+    /// choice: protobuf for built-in types and for metadata-only informers, JSON for custom
+    /// resources and dynamic informers (see [`WireFormat`]).
+    pub wire_format: Option<WireFormat>,
+    /// Per-type encodings, overriding [`Self::wire_format`].
+    pub custom_wire_format: HashMap<TypeId, WireFormat>,
 }
 
 impl Debug for FactoryConfig {
@@ -85,6 +91,8 @@ impl Debug for FactoryConfig {
             .field("custom_cache_storage", &self.custom_cache_storage.len())
             .field("informer_name", &self.informer_name)
             .field("metrics_provider", &self.metrics_provider.is_some())
+            .field("wire_format", &self.wire_format)
+            .field("custom_wire_format", &self.custom_wire_format)
             .finish()
     }
 }
@@ -253,6 +261,31 @@ impl FactoryConfig {
     #[must_use]
     pub fn cache_storage_for<K: 'static>(mut self, storage: CacheStorage) -> Self {
         self.custom_cache_storage.insert(TypeId::of::<K>(), storage);
+        self
+    }
+
+    /// Sets [`Self::wire_format`]: the encoding every informer asks for.
+    /// `wire_format(WireFormat::Json)` turns protobuf off.
+    ///
+    /// ```
+    /// use k8s_openapi::api::core::v1::Pod;
+    /// use kube_informer::{FactoryConfig, reflector::WireFormat};
+    ///
+    /// // Protobuf where the server has it (the default), except for Pods.
+    /// let config = FactoryConfig::default().wire_format_for::<Pod>(WireFormat::Json);
+    /// assert_eq!(config.wire_format, None);
+    /// ```
+    #[must_use]
+    pub fn wire_format(mut self, format: WireFormat) -> Self {
+        self.wire_format = Some(format);
+        self
+    }
+
+    /// Sets the encoding informers of type `K` ask for, overriding [`Self::wire_format`] (`K`
+    /// as in [`Self::cache_storage_for`]).
+    #[must_use]
+    pub fn wire_format_for<K: 'static>(mut self, format: WireFormat) -> Self {
+        self.custom_wire_format.insert(TypeId::of::<K>(), format);
         self
     }
 }
@@ -492,9 +525,27 @@ impl SharedInformerFactory {
         informer
     }
 
-    fn lister_watcher<K>(&self, url: String, metadata_only: bool) -> ApiListerWatcher<K> {
+    fn lister_watcher<K: 'static>(
+        &self,
+        url: String,
+        metadata_only: bool,
+        dynamic: bool,
+    ) -> ApiListerWatcher<K> {
         let c = &self.inner.config;
         let mut lw = ApiListerWatcher::from_url(self.inner.client.clone(), url, metadata_only);
+        // client-go's dynamic client speaks JSON; its clientsets and metadata client protobuf.
+        let default = if dynamic {
+            WireFormat::Json
+        } else {
+            lw.wire_format_requested()
+        };
+        let format = c
+            .custom_wire_format
+            .get(&TypeId::of::<K>())
+            .copied()
+            .or(c.wire_format)
+            .unwrap_or(default);
+        lw = lw.wire_format(format);
         if let Some(l) = &c.label_selector {
             lw = lw.labels(l);
         }
@@ -510,6 +561,7 @@ impl SharedInformerFactory {
         name: String,
         url: String,
         metadata_only: bool,
+        dynamic: bool,
         gvr: [String; 3],
     ) -> SharedIndexInformer<T>
     where
@@ -523,7 +575,7 @@ impl SharedInformerFactory {
         let log_name = informer_name(&key);
         self.get_or_create(key, || {
             SharedIndexInformer::new(
-                self.lister_watcher::<T>(url, metadata_only),
+                self.lister_watcher::<T>(url, metadata_only, dynamic),
                 self.informer_config::<T>(log_name, gvr),
             )
         })
@@ -536,7 +588,7 @@ impl SharedInformerFactory {
         K::Scope: 'static,
     {
         let url = K::url_path(&(), self.namespace_for(is_namespaced::<K>()));
-        self.shared_informer(type_label::<K>(), url, false, gvr::<K>())
+        self.shared_informer(type_label::<K>(), url, false, false, gvr::<K>())
     }
 
     /// The lister of the informer for `K`.
@@ -556,7 +608,7 @@ impl SharedInformerFactory {
         K::Scope: 'static,
     {
         let url = K::url_path(&(), self.namespace_for(is_namespaced::<K>()));
-        self.shared_informer(type_label::<K>(), url, true, gvr::<K>())
+        self.shared_informer(type_label::<K>(), url, true, false, gvr::<K>())
     }
 
     /// A dynamic informer for the resource `ar` (for kinds known only at run time, such as
@@ -575,7 +627,7 @@ impl SharedInformerFactory {
         // of one kind stay apart in sync results.
         let name = format!("{}/{} (dynamic)", ar.api_version, ar.kind);
         let gvr = [ar.group.clone(), ar.version.clone(), ar.plural.clone()];
-        self.shared_informer(name, url, false, gvr)
+        self.shared_informer(name, url, false, true, gvr)
     }
 
     /// Starts every informer requested since the last call (client-go `Start`). Non-blocking

@@ -23,12 +23,16 @@ mod stress;
 #[path = "e2e/support.rs"]
 mod support;
 
+#[path = "e2e/compact.rs"]
+mod compact;
 #[path = "e2e/conformance.rs"]
 mod conformance;
 #[path = "e2e/crd.rs"]
 mod crd;
 #[path = "e2e/leader.rs"]
 mod leader;
+#[path = "e2e/protobuf.rs"]
+mod protobuf;
 #[path = "e2e/recovery.rs"]
 mod recovery;
 #[path = "e2e/sharding.rs"]

@@ -17,6 +17,13 @@ mod targets;
 
 /// Tokens that steer mutations towards the interesting parts of the grammar.
 const TOKENS: &[&[u8]] = &[
+    // Protobuf: the magic, tags of fields 1 and 2 (length-delimited), a long varint, a
+    // four-byte frame length.
+    b"k8s\0",
+    b"\x0a",
+    b"\x12",
+    b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+    b"\x00\x00\x10\x00",
     b"\n",
     b"\r\n",
     b"\r",
@@ -151,6 +158,16 @@ fn watch_stream_never_panics_on_mutated_seeds() {
 #[test]
 fn list_decode_never_panics_on_mutated_seeds() {
     run("list_decode", targets::list_decode);
+}
+
+#[test]
+fn protobuf_list_never_panics_on_mutated_seeds() {
+    run("protobuf_list", targets::protobuf_list);
+}
+
+#[test]
+fn protobuf_watch_never_panics_on_mutated_seeds() {
+    run("protobuf_watch", targets::protobuf_watch);
 }
 
 #[test]

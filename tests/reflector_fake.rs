@@ -556,6 +556,10 @@ async fn server_restart_is_survived_without_losing_events() {
 #[tokio::test]
 async fn undecodable_objects_are_reported_and_left_out_without_a_retry_loop() {
     let s = server_with(3).await;
+    // A built-in kind whose stored JSON does not fit its schema cannot be sent in protobuf
+    // (kube-apiserver could not have stored it); in JSON it reaches the decoder, as a custom
+    // resource written under a newer schema does.
+    s.set_protobuf_supported(false);
     let bad = |name: &str, value: serde_json::Value| {
         serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",

@@ -53,6 +53,7 @@ func main() {
 	changed := flag.Uint64("changed", 0, "updates the relist brings")
 	strip := flag.String("strip", "false", "strip managedFields before objects reach the cache")
 	kubeconfig := flag.String("kubeconfig", "", "a real cluster's kubeconfig (S5): client-go's defaults, protobuf; --addr ignored")
+	protobuf := flag.String("protobuf", "false", "ask the replay server for protobuf (its --protobuf true), as client-go's clientsets do by default")
 	flag.Parse()
 	// Plain list+watch like the other clients: no streaming initial list.
 	os.Setenv("KUBE_FEATURE_WatchListClient", "false")
@@ -63,6 +64,12 @@ func main() {
 			ContentType:        "application/json",
 			AcceptContentTypes: "application/json",
 		},
+	}
+	if *protobuf == "true" {
+		cfg.ContentConfig = rest.ContentConfig{
+			ContentType:        "application/vnd.kubernetes.protobuf",
+			AcceptContentTypes: "application/vnd.kubernetes.protobuf,application/json",
+		}
 	}
 	if *kubeconfig != "" {
 		// As an ordinary client-go program would: no content type set, so the clientset asks

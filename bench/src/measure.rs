@@ -134,6 +134,9 @@ pub struct ClientArgs {
     /// The informer's cache (`--cache decoded|compact`, default `decoded`); only
     /// `client-informer` reads it.
     pub cache: kube_informer::CacheStorage,
+    /// The encoding to ask for (`--wire json|protobuf`); the crate's default (protobuf for
+    /// built-in types) when absent. Only `client-informer` reads it.
+    pub wire: Option<kube_informer::reflector::WireFormat>,
 }
 
 impl ClientArgs {
@@ -170,6 +173,11 @@ impl ClientArgs {
                 }
                 other => panic!("--cache {other}: expected decoded or compact"),
             },
+            wire: a.get("wire").map(|w| match w.as_str() {
+                "json" => kube_informer::reflector::WireFormat::Json,
+                "protobuf" => kube_informer::reflector::WireFormat::Protobuf,
+                other => panic!("--wire {other}: expected json or protobuf"),
+            }),
         }
     }
 }

@@ -14,10 +14,13 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::ListMeta};
 use kube::core::{DynamicObject, PartialObjectMeta};
-use kube_informer::reflector::{
-    __fuzz::watch_event_stream,
-    ListPage, WatchEvent,
-    decode::{LineFramer, ListDecoder, decode_list, decode_watch_event},
+use kube_informer::{
+    protobuf::{LengthPrefixFramer, ProtobufListDecoder, decode_object, decode_watch_frame},
+    reflector::{
+        __fuzz::watch_event_stream,
+        ListPage, WatchEvent,
+        decode::{LineFramer, ListDecoder, Projection, decode_list, decode_watch_event},
+    },
 };
 use serde::de::DeserializeOwned;
 
@@ -275,4 +278,129 @@ fn drain<S: Stream>(stream: S) -> Vec<S::Item> {
             Poll::Pending => panic!("watch stream pending on a fully received body: would hang"),
         }
     }
+}
+
+/// Decodes `data` as a protobuf list body of `Pod`s, `DynamicObject`s and
+/// `PartialObjectMeta<Pod>`s, whole and in chunks chosen by its bytes, and as a single object.
+///
+/// Invariants:
+/// - the chunked decode gives what the whole-body decode gives (items, metadata, undecodable
+///   items), whatever the chunking, and fails exactly when it fails;
+/// - the three item types agree on the number of items plus undecodable items, and on the list
+///   metadata, when all three decode;
+/// - a decoder never buffers more than the body.
+pub fn protobuf_list(data: &[u8]) {
+    let pod = protobuf_list_and_chunked::<Pod>(data);
+    let dynamic = protobuf_list_and_chunked::<DynamicObject>(data);
+    let meta = protobuf_list_and_chunked::<PartialObjectMeta<Pod>>(data);
+    if let (Some(a), Some(b), Some(c)) = (&pod, &dynamic, &meta) {
+        assert_eq!(a.1, b.1, "list metadata depends on the item type");
+        assert_eq!(a.1, c.1, "list metadata depends on the item type");
+    }
+    let _ = decode_object::<Pod>(data, &Projection::none());
+    let _ = decode_object::<DynamicObject>(data, &Projection::strip_managed_fields());
+}
+
+fn protobuf_list_and_chunked<K: DeserializeOwned + serde::Serialize>(
+    data: &[u8],
+) -> Option<(usize, ListMeta)> {
+    let decode = |chunks: &[&[u8]]| {
+        let mut decoder = ProtobufListDecoder::<K, K>::new();
+        for c in chunks {
+            decoder.push(c, &mut |k| k)?;
+            assert!(
+                decoder.buffered() <= data.len(),
+                "buffered more than the body"
+            );
+        }
+        decoder.finish(&mut |k| k)
+    };
+    let whole = summarize(decode(&[data]));
+    let seed = data
+        .iter()
+        .fold(data.len() as u8, |a, &b| a.wrapping_mul(31) ^ b);
+    for max_chunk in [1, 7, 64, 255] {
+        let chunked = summarize(decode(&chunk(data, seed, max_chunk)));
+        assert_eq!(
+            chunked, whole,
+            "chunks of up to {max_chunk} decode differently from the whole body"
+        );
+    }
+    whole.map(|(items, meta, undecodable)| (items.len() + undecodable.len(), meta))
+}
+
+/// Largest frame [`protobuf_watch`] accepts: small, so the limit is reached.
+pub const PROTOBUF_MAX_FRAME: usize = 4096;
+
+/// Frames `data` (after the [`WATCH_HEADER_LEN`] header, as for [`watch_stream`]) as a protobuf
+/// watch body in arbitrary chunks and decodes every frame as a `Pod`, a `DynamicObject` and a
+/// `PartialObjectMeta<Pod>` event.
+///
+/// Invariants:
+/// - the frames are exactly the body's length-prefixed frames, whatever the chunking, the
+///   pending bytes what follows the last whole frame, and a declared length above the limit
+///   fails the framer as soon as its prefix is in;
+/// - an event's type and, for bookmarks and errors, its payload do not depend on the object type
+///   it is decoded as.
+pub fn protobuf_watch(data: &[u8]) {
+    if data.len() < WATCH_HEADER_LEN {
+        return;
+    }
+    let (seed, max_chunk) = (data[0], data[1] & 0x7f);
+    let body = &data[WATCH_HEADER_LEN..];
+    let (expected, tail, too_large) = reference_frames(body);
+    let mut framer = LengthPrefixFramer::new(PROTOBUF_MAX_FRAME);
+    let mut frames = Vec::new();
+    let mut failed = false;
+    for c in chunk(body, seed, max_chunk) {
+        match framer.push(c) {
+            Ok(f) => frames.extend(f),
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        failed, too_large,
+        "the framer fails exactly on a frame above the limit"
+    );
+    if !failed {
+        assert_eq!(
+            frames, expected,
+            "framed frames differ from the body's frames"
+        );
+        assert_eq!(framer.pending(), tail, "pending tail differs");
+    }
+    for frame in &expected {
+        let none = Projection::none();
+        let pod = decode_watch_frame::<Pod>(frame, &none);
+        let dynamic = decode_watch_frame::<DynamicObject>(frame, &none);
+        let meta = decode_watch_frame::<PartialObjectMeta<Pod>>(frame, &none);
+        if let (Ok(a), Ok(b)) = (&pod, &dynamic) {
+            assert_same_envelope(a, b);
+        }
+        if let (Ok(a), Ok(b)) = (&pod, &meta) {
+            assert_same_envelope(a, b);
+        }
+    }
+}
+
+/// The frames a framer must produce from `body`, the tail it must keep, and whether a frame
+/// declares a length above [`PROTOBUF_MAX_FRAME`].
+fn reference_frames(body: &[u8]) -> (Vec<Vec<u8>>, &[u8], bool) {
+    let mut frames = Vec::new();
+    let mut rest = body;
+    while rest.len() >= 4 {
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if len > PROTOBUF_MAX_FRAME {
+            return (frames, rest, true);
+        }
+        if rest.len() < 4 + len {
+            break;
+        }
+        frames.push(rest[4..4 + len].to_vec());
+        rest = &rest[4 + len..];
+    }
+    (frames, rest, false)
 }

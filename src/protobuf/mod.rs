@@ -1,4 +1,54 @@
-//! Kubernetes protobuf (`application/vnd.kubernetes.protobuf`), decoded straight into
-//! k8s-openapi's types through their own `Deserialize` impls.
+//! Kubernetes protobuf (`application/vnd.kubernetes.protobuf`), the API server's default wire
+//! format for built-in kinds, decoded straight into k8s-openapi's types through their own
+//! `Deserialize` impls.
+//!
+//! client-go asks for protobuf for built-in kinds (`Accept: application/vnd.kubernetes.protobuf,
+//! application/json`) and decodes it with the generated Go unmarshalers. This module reaches the
+//! same objects without generated Rust code: a [`Schema`](schema::Schema) (generated from the Go
+//! types' struct tags) tells a `serde::Deserializer` over the wire bytes the JSON name of each
+//! field and how its value is encoded, and the deserializer presents each message as the JSON
+//! object Go's `encoding/json` would write for it, so k8s-openapi's impls (and kube's
+//! `DynamicObject`, `PartialObjectMeta`, and any [`Projection`](crate::reflector::decode::Projection))
+//! see what they see in JSON:
+//!
+//! - fields left out of JSON (`omitempty` zeros, the zero `metav1.Time`) are left out;
+//! - `metav1.Time` and `MicroTime` become RFC 3339 strings, `Duration` Go's duration string,
+//!   `Quantity` and `IntOrString` their JSON forms, bytes base64, raw JSON (`FieldsV1`,
+//!   `RawExtension`) the JSON value it holds;
+//! - fields unknown to the schema (from a newer server) are skipped, as client-go skips them.
+//!
+//! Bodies: a [GET](decode_object) and a [list](ProtobufListDecoder) are the `k8s\0` magic and a
+//! `runtime.Unknown` envelope naming the kind; a [watch](decode_watch_frame) is a stream of
+//! length-prefixed `metav1.WatchEvent` frames ([`LengthPrefixFramer`]), as apimachinery's
+//! `LengthDelimitedFramer` and `RawSerializer` write them. Errors are
+//! [`DecodeError`](crate::reflector::decode::DecodeError)s, redacted as for JSON, with a
+//! [`ErrorKind`] for the protobuf class.
+//!
+//! One module per concept: the wire reader, the deserializer, the [envelope](decode_object),
+//! [lists](ProtobufListDecoder), [watch frames](decode_watch_frame), the JSON formats of times
+//! and durations, and the [errors](Error).
 
+mod de;
+#[cfg(feature = "testing")]
+pub mod encode;
+mod envelope;
+mod error;
+mod format;
+mod list;
 pub mod schema;
+mod watch;
+mod wire;
+
+pub use envelope::{MAGIC, decode_object};
+pub use error::{Error, ErrorKind};
+pub use list::{ProtobufListDecoder, decode_list_map};
+// For the reflector's protobuf watch, which is not wired yet.
+#[allow(unused_imports)]
+pub(crate) use watch::undecodable_frame;
+pub use watch::{LengthPrefixFramer, decode_watch_frame};
+
+/// The media type of Kubernetes protobuf, for `Accept` and `Content-Type`.
+pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+
+#[cfg(test)]
+mod tests;

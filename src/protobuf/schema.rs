@@ -108,6 +108,9 @@ pub enum Type {
     IntOrString,
     /// Raw JSON bytes in field 1 of a message: `metav1.FieldsV1{Raw}`,
     /// `runtime.RawExtension{raw}`, apiextensions `JSON{raw}` → the JSON value they hold.
+    ///
+    /// One exception: in a protobuf watch stream, `WatchEvent.object` (a `RawExtension`) holds
+    /// the object's own protobuf encoding (magic `k8s\0` and a `runtime.Unknown`), not JSON.
     RawJson,
     /// apiextensions `JSONSchemaPropsOrArray{schema = 1, jSONSchemas = 2}` → an object or an
     /// array of the given `JSONSchemaProps` message.
@@ -118,6 +121,10 @@ pub enum Type {
     /// apiextensions `JSONSchemaPropsOrStringArray{schema = 1, property = 2}` → an object of the
     /// given message or an array of strings.
     SchemaPropsOrStringArray(MessageId),
+    /// A named Go `[]string` with its own protobuf message `{repeated string items = 1}`
+    /// (`metav1.Verbs` in `APIResource.verbs`, authentication's `ExtraValue` as a map value)
+    /// → a JSON array of strings (JSON does not see the wrapper).
+    Strings,
 }
 
 impl Schema {
@@ -145,7 +152,9 @@ impl Schema {
     #[must_use]
     pub fn has_api_version(&self, api_version: &str) -> bool {
         let i = self.roots.partition_point(|r| r.api_version < api_version);
-        self.roots.get(i).is_some_and(|r| r.api_version == api_version)
+        self.roots
+            .get(i)
+            .is_some_and(|r| r.api_version == api_version)
     }
 }
 
@@ -160,6 +169,8 @@ impl Message {
     }
 }
 
+// Formatted by its generator, compactly: rustfmt would spread each field over several lines.
+#[rustfmt::skip]
 mod generated;
 
 /// The schema of every built-in kind k8s-openapi has, at the Kubernetes version
@@ -171,3 +182,419 @@ pub static BUILTIN: Schema = Schema {
 
 /// The Kubernetes version whose Go types [`BUILTIN`] was generated from.
 pub const KUBERNETES_VERSION: &str = generated::KUBERNETES_VERSION;
+
+#[cfg(test)]
+mod tests {
+    use super::{BUILTIN, Card, Field, Message, MessageId, Type};
+
+    fn message(name: &str) -> &'static Message {
+        BUILTIN
+            .messages
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("no message {name}"))
+    }
+
+    fn field(message: &Message, json: &str) -> &'static Field {
+        let found = message.fields.iter().find(|f| f.json == json);
+        let found = found.unwrap_or_else(|| panic!("no field {json} in {}", message.name));
+        // `field` finds it by number too.
+        assert!(std::ptr::eq(message.field(found.number).unwrap(), found));
+        found
+    }
+
+    fn message_of(ty: Type) -> &'static Message {
+        match ty {
+            Type::Message(id)
+            | Type::SchemaPropsOrArray(id)
+            | Type::SchemaPropsOrBool(id)
+            | Type::SchemaPropsOrStringArray(id) => BUILTIN.message(id),
+            other => panic!("{other:?} is no message"),
+        }
+    }
+
+    fn root(api_version: &str, kind: &str) -> &'static Message {
+        let id = BUILTIN
+            .root(api_version, kind)
+            .unwrap_or_else(|| panic!("no root {api_version} {kind}"));
+        BUILTIN.message(id)
+    }
+
+    #[test]
+    fn version() {
+        assert_eq!(super::KUBERNETES_VERSION, "1.37.2");
+    }
+
+    #[test]
+    fn roots_are_sorted_unique_and_in_range() {
+        assert!(BUILTIN.roots.len() > 400, "{} roots", BUILTIN.roots.len());
+        for pair in BUILTIN.roots.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert!(
+                (a.api_version, a.kind) < (b.api_version, b.kind),
+                "{a:?} before {b:?}"
+            );
+        }
+        for r in BUILTIN.roots {
+            assert!(usize::from(r.message.0) < BUILTIN.messages.len(), "{r:?}");
+            assert!(!r.api_version.contains("__internal"), "{r:?}");
+        }
+    }
+
+    /// Each root's message is its kind, of its group version's Go package (or apimachinery's
+    /// meta for WatchEvent, Status, the options kinds...).
+    #[test]
+    fn roots_name_their_own_message() {
+        for r in BUILTIN.roots {
+            let name = BUILTIN.message(r.message).name;
+            let (package, kind) = name.rsplit_once('.').unwrap();
+            assert_eq!(kind, r.kind, "{r:?} is {name}");
+            if package == "k8s.io.apimachinery.pkg.apis.meta.v1" {
+                continue;
+            }
+            let version = r.api_version.rsplit('/').next().unwrap();
+            assert!(package.ends_with(&format!(".{version}")), "{r:?} is {name}");
+            let group = r.api_version.rsplit_once('/').map_or("core", |(g, _)| g);
+            let group = group.split('.').next().unwrap();
+            let group = if group == "internal" {
+                "apiserverinternal"
+            } else {
+                group
+            };
+            assert!(package.contains(&format!(".{group}.")), "{r:?} is {name}");
+        }
+    }
+
+    #[test]
+    fn fields_are_sorted_unique_and_ids_in_range() {
+        let in_range = |id: MessageId| usize::from(id.0) < BUILTIN.messages.len();
+        let mut names: Vec<_> = BUILTIN.messages.iter().map(|m| m.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(
+            names.len(),
+            BUILTIN.messages.len(),
+            "message names are unique"
+        );
+        for m in BUILTIN.messages {
+            for pair in m.fields.windows(2) {
+                assert!(pair[0].number < pair[1].number, "{}: {pair:?}", m.name);
+            }
+            for f in m.fields {
+                assert!(f.number > 0, "{}: {f:?}", m.name);
+                if let Type::Message(id)
+                | Type::SchemaPropsOrArray(id)
+                | Type::SchemaPropsOrBool(id)
+                | Type::SchemaPropsOrStringArray(id) = f.ty
+                {
+                    assert!(in_range(id), "{}: {f:?}", m.name);
+                }
+                if let Card::Map(key) = f.card {
+                    assert!(
+                        matches!(key, Type::String | Type::Int32 | Type::Int64 | Type::Bool),
+                        "{}: {f:?}",
+                        m.name
+                    );
+                }
+                assert_eq!(f.json.is_empty(), f.inline, "{}: {f:?}", m.name);
+                if f.inline {
+                    assert!(matches!(f.ty, Type::Message(_)) && f.card == Card::Single);
+                }
+                if f.omit_zero {
+                    assert!(f.card == Card::Single, "{}: {f:?}", m.name);
+                    assert!(
+                        matches!(
+                            f.ty,
+                            Type::String
+                                | Type::Bytes
+                                | Type::Bool
+                                | Type::Int32
+                                | Type::Int64
+                                | Type::Uint32
+                                | Type::Uint64
+                                | Type::Double
+                                | Type::Float
+                        ),
+                        "{}: {f:?}",
+                        m.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pod() {
+        let pod = root("v1", "Pod");
+        assert_eq!(pod.name, "k8s.io.api.core.v1.Pod");
+        let numbers: Vec<_> = pod.fields.iter().map(|f| (f.number, f.json)).collect();
+        assert_eq!(numbers, [(1, "metadata"), (2, "spec"), (3, "status")]);
+        let meta = message_of(pod.field(1).unwrap().ty);
+        assert_eq!(meta.name, "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta");
+        assert_eq!(
+            message_of(pod.field(2).unwrap().ty).name,
+            "k8s.io.api.core.v1.PodSpec"
+        );
+        assert_eq!(
+            message_of(pod.field(3).unwrap().ty).name,
+            "k8s.io.api.core.v1.PodStatus"
+        );
+
+        let list = root("v1", "PodList");
+        assert_eq!(list.name, "k8s.io.api.core.v1.PodList");
+        let items = field(list, "items");
+        assert_eq!((items.number, items.card), (2, Card::Repeated));
+        assert!(std::ptr::eq(message_of(items.ty), pod));
+
+        let container = message("k8s.io.api.core.v1.Container");
+        assert_eq!(field(container, "ports").card, Card::Repeated);
+        assert_eq!(
+            message_of(field(container, "ports").ty).name,
+            "k8s.io.api.core.v1.ContainerPort"
+        );
+        // `name` is a non-pointer string without omitempty; `image` has omitempty.
+        assert!(!field(container, "name").omit_zero);
+        assert!(field(container, "image").omit_zero);
+        // A pointer is written when set, even to its zero value.
+        let security = message("k8s.io.api.core.v1.SecurityContext");
+        assert_eq!(field(security, "runAsUser").ty, Type::Int64);
+        assert!(!field(security, "runAsUser").omit_zero);
+
+        let resources = message("k8s.io.api.core.v1.ResourceRequirements");
+        let limits = field(resources, "limits");
+        assert_eq!(
+            (limits.ty, limits.card),
+            (Type::Quantity, Card::Map(Type::String))
+        );
+
+        let probe = message("k8s.io.api.core.v1.HTTPGetAction");
+        assert_eq!(field(probe, "port").ty, Type::IntOrString);
+    }
+
+    #[test]
+    fn object_meta() {
+        let meta = message("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta");
+        assert_eq!(field(meta, "creationTimestamp").ty, Type::Time);
+        assert_eq!(field(meta, "deletionTimestamp").ty, Type::Time);
+        let labels = field(meta, "labels");
+        assert_eq!(
+            (labels.ty, labels.card),
+            (Type::String, Card::Map(Type::String))
+        );
+        let managed = field(meta, "managedFields");
+        assert_eq!(managed.card, Card::Repeated);
+        let entry = message_of(managed.ty);
+        assert_eq!(
+            entry.name,
+            "k8s.io.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry"
+        );
+        assert_eq!(field(entry, "fieldsV1").ty, Type::RawJson);
+        assert_eq!(field(entry, "time").ty, Type::Time);
+        assert_eq!(field(meta, "generation").ty, Type::Int64);
+        assert!(field(meta, "generation").omit_zero);
+    }
+
+    #[test]
+    fn secret_and_config_map_bytes() {
+        let data = field(root("v1", "Secret"), "data");
+        assert_eq!((data.ty, data.card), (Type::Bytes, Card::Map(Type::String)));
+        let string_data = field(root("v1", "Secret"), "stringData");
+        assert_eq!(
+            (string_data.ty, string_data.card),
+            (Type::String, Card::Map(Type::String))
+        );
+        let binary = field(root("v1", "ConfigMap"), "binaryData");
+        assert_eq!(
+            (binary.ty, binary.card),
+            (Type::Bytes, Card::Map(Type::String))
+        );
+    }
+
+    #[test]
+    fn inline_sources() {
+        let volume = message("k8s.io.api.core.v1.Volume");
+        let inline: Vec<_> = volume.fields.iter().filter(|f| f.inline).collect();
+        assert_eq!(inline.len(), 1, "{volume:?}");
+        assert_eq!(
+            message_of(inline[0].ty).name,
+            "k8s.io.api.core.v1.VolumeSource"
+        );
+        assert_eq!(field(volume, "name").number, 1);
+
+        let pv = message("k8s.io.api.core.v1.PersistentVolumeSpec");
+        let inline: Vec<_> = pv.fields.iter().filter(|f| f.inline).collect();
+        assert_eq!(inline.len(), 1, "{pv:?}");
+        let source = message_of(inline[0].ty);
+        assert_eq!(source.name, "k8s.io.api.core.v1.PersistentVolumeSource");
+        assert_eq!(field(pv, "capacity").ty, Type::Quantity);
+    }
+
+    #[test]
+    fn service_int_or_string() {
+        let port = message("k8s.io.api.core.v1.ServicePort");
+        assert_eq!(field(port, "targetPort").ty, Type::IntOrString);
+        assert_eq!(field(port, "port").ty, Type::Int32);
+    }
+
+    #[test]
+    fn micro_time() {
+        let event = root("events.k8s.io/v1", "Event");
+        assert_eq!(event.name, "k8s.io.api.events.v1.Event");
+        assert_eq!(field(event, "eventTime").ty, Type::MicroTime);
+        assert_eq!(field(event, "deprecatedFirstTimestamp").ty, Type::Time);
+        let series = message_of(field(event, "series").ty);
+        // Not core/v1's EventSeries: Go types of the same name in two packages are two messages.
+        assert_eq!(series.name, "k8s.io.api.events.v1.EventSeries");
+        let slice = root("discovery.k8s.io/v1", "EndpointSlice");
+        assert_eq!(
+            message_of(field(slice, "ports").ty).name,
+            "k8s.io.api.discovery.v1.EndpointPort"
+        );
+        assert_eq!(field(series, "lastObservedTime").ty, Type::MicroTime);
+
+        let lease = message_of(field(root("coordination.k8s.io/v1", "Lease"), "spec").ty);
+        assert_eq!(field(lease, "renewTime").ty, Type::MicroTime);
+        assert_eq!(field(lease, "acquireTime").ty, Type::MicroTime);
+        assert_eq!(field(lease, "leaseDurationSeconds").ty, Type::Int32);
+    }
+
+    #[test]
+    fn custom_resource_definition() {
+        let crd = root("apiextensions.k8s.io/v1", "CustomResourceDefinition");
+        let props =
+            message("k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps");
+        let id = |ty: Type| match ty {
+            Type::SchemaPropsOrArray(id)
+            | Type::SchemaPropsOrBool(id)
+            | Type::SchemaPropsOrStringArray(id) => BUILTIN.message(id),
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(
+            field(props, "items").ty,
+            Type::SchemaPropsOrArray(_)
+        ));
+        assert!(std::ptr::eq(id(field(props, "items").ty), props));
+        assert!(matches!(
+            field(props, "additionalProperties").ty,
+            Type::SchemaPropsOrBool(_)
+        ));
+        assert!(std::ptr::eq(
+            id(field(props, "additionalProperties").ty),
+            props
+        ));
+        let deps = field(props, "dependencies");
+        assert!(matches!(deps.ty, Type::SchemaPropsOrStringArray(_)));
+        assert_eq!(deps.card, Card::Map(Type::String));
+        let properties = field(props, "properties");
+        assert_eq!(properties.card, Card::Map(Type::String));
+        assert!(std::ptr::eq(message_of(properties.ty), props));
+        assert_eq!(field(props, "default").ty, Type::RawJson);
+        assert_eq!(
+            (field(props, "enum").ty, field(props, "enum").card),
+            (Type::RawJson, Card::Repeated)
+        );
+        assert_eq!(field(props, "maximum").ty, Type::Double);
+        assert_eq!(
+            field(props, "x-kubernetes-preserve-unknown-fields").ty,
+            Type::Bool
+        );
+        assert_eq!(field(props, "$ref").ty, Type::String);
+        // Reachable from the root.
+        let spec = message_of(field(crd, "spec").ty);
+        let version = message_of(field(spec, "versions").ty);
+        let validation = message_of(field(version, "schema").ty);
+        assert!(std::ptr::eq(
+            message_of(field(validation, "openAPIV3Schema").ty),
+            props
+        ));
+    }
+
+    #[test]
+    fn strings_wrappers() {
+        let resource = message("k8s.io.apimachinery.pkg.apis.meta.v1.APIResource");
+        assert_eq!(field(resource, "verbs").ty, Type::Strings);
+        assert_eq!(field(resource, "verbs").card, Card::Single);
+        let user = message("k8s.io.api.authentication.v1.UserInfo");
+        let extra = field(user, "extra");
+        assert_eq!(
+            (extra.ty, extra.card),
+            (Type::Strings, Card::Map(Type::String))
+        );
+    }
+
+    #[test]
+    fn meta_and_unversioned_kinds() {
+        assert!(BUILTIN.root("v1", "Status").is_some());
+        assert!(BUILTIN.root("v1", "APIResourceList").is_some());
+        let partial = root("meta.k8s.io/v1", "PartialObjectMetadataList");
+        assert_eq!(
+            partial.name,
+            "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList"
+        );
+        assert!(
+            BUILTIN
+                .root("meta.k8s.io/v1", "PartialObjectMetadata")
+                .is_some()
+        );
+        let watch = root("apps/v1", "WatchEvent");
+        assert_eq!(
+            watch.name,
+            "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent"
+        );
+        assert_eq!(field(watch, "type").ty, Type::String);
+        assert_eq!(field(watch, "object").ty, Type::RawJson);
+        // Table has no protobuf form.
+        assert!(BUILTIN.root("meta.k8s.io/v1", "Table").is_none());
+        assert!(
+            BUILTIN
+                .root("apiregistration.k8s.io/v1", "APIService")
+                .is_some()
+        );
+        assert!(BUILTIN.root("v1", "Nope").is_none());
+    }
+
+    #[test]
+    fn api_versions() {
+        for v in [
+            "v1",
+            "apps/v1",
+            "batch/v1",
+            "meta.k8s.io/v1",
+            "apiextensions.k8s.io/v1",
+        ] {
+            assert!(BUILTIN.has_api_version(v), "{v}");
+        }
+        for v in [
+            "stable.example.com/v1",
+            "apps/v1beta2",
+            "extensions/v1beta1",
+            "",
+            "apps",
+            "v2",
+        ] {
+            assert!(!BUILTIN.has_api_version(v), "{v}");
+        }
+    }
+
+    /// The group versions the generator takes are those k8s-openapi has: a kind of each.
+    #[test]
+    fn k8s_openapi_kinds_are_roots() {
+        use k8s_openapi::Resource;
+        fn has<R: Resource>() -> bool {
+            BUILTIN.root(R::API_VERSION, R::KIND).is_some()
+        }
+        use k8s_openapi::api;
+        assert!(has::<api::core::v1::Pod>());
+        assert!(has::<api::apps::v1::Deployment>());
+        assert!(has::<api::coordination::v1::Lease>());
+        assert!(has::<api::coordination::v1alpha2::LeaseCandidate>());
+        assert!(has::<api::resource::v1beta2::ResourceClaim>());
+        assert!(has::<api::storagemigration::v1beta1::StorageVersionMigration>());
+        assert!(has::<api::flowcontrol::v1::FlowSchema>());
+        assert!(has::<api::apiserverinternal::v1alpha1::StorageVersion>());
+        assert!(has::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>());
+        assert!(has::<
+            k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService,
+        >());
+    }
+}

@@ -7,7 +7,7 @@ use futures::{FutureExt, StreamExt, future::BoxFuture, stream::BoxStream};
 use http_body_util::BodyExt;
 use kube::{
     Client, Resource,
-    api::{Api, PartialObjectMeta},
+    api::{Api, DynamicObject, PartialObjectMeta},
     core::{Status, params::VersionMatch},
 };
 use serde::de::DeserializeOwned;
@@ -268,6 +268,70 @@ impl ListSummary {
     }
 }
 
+/// The encoding an [`ApiListerWatcher`] asks the API server for (its `Accept` header).
+///
+/// Whatever was asked, the response's `Content-Type` decides the decoder: kube-apiserver
+/// answers JSON for resources it has no protobuf for (custom resources, aggregated APIs that
+/// do not serve it), as it does for client-go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WireFormat {
+    /// `application/json` only (kube's own requests, client-go's dynamic client).
+    Json,
+    /// `application/vnd.kubernetes.protobuf`, then JSON (client-go's clientsets for built-in
+    /// types, and its metadata client for every type). Decoded straight into the object type
+    /// through its `Deserialize` impl (see [`crate::protobuf`]).
+    Protobuf,
+}
+
+impl WireFormat {
+    /// client-go's choice for a collection URL path: [`Protobuf`](Self::Protobuf) when its
+    /// group version is one of the built-in ones in [`crate::protobuf::schema::BUILTIN`]
+    /// (`/api/v1/pods`, `/apis/apps/v1/...`), [`Json`](Self::Json) otherwise (custom
+    /// resources, aggregated APIs).
+    ///
+    /// ```
+    /// use kube_informer::reflector::WireFormat;
+    /// assert_eq!(WireFormat::for_url_path("/api/v1/namespaces/a/pods"), WireFormat::Protobuf);
+    /// assert_eq!(WireFormat::for_url_path("/apis/apps/v1/deployments"), WireFormat::Protobuf);
+    /// assert_eq!(WireFormat::for_url_path("/apis/stable.example.com/v1/crontabs"), WireFormat::Json);
+    /// ```
+    pub fn for_url_path(path: &str) -> Self {
+        let t = ListWatchTarget::from_url_path(path);
+        let api_version = if t.group.is_empty() {
+            t.version
+        } else {
+            format!("{}/{}", t.group, t.version)
+        };
+        if !t.resource.is_empty() && crate::protobuf::schema::BUILTIN.has_api_version(&api_version)
+        {
+            Self::Protobuf
+        } else {
+            Self::Json
+        }
+    }
+
+    /// Whether a response `Content-Type` is Kubernetes protobuf (with or without parameters
+    /// such as `;stream=watch`).
+    pub fn is_protobuf_content_type(content_type: &str) -> bool {
+        content_type
+            .split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case(crate::protobuf::CONTENT_TYPE))
+    }
+
+    fn of_response<B>(res: &http::Response<B>) -> Self {
+        match res
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .map(|v| v.to_str())
+        {
+            Some(Ok(ct)) if Self::is_protobuf_content_type(ct) => Self::Protobuf,
+            _ => Self::Json,
+        }
+    }
+}
+
 /// [`ListerWatcher`] over a `kube::Client`, for typed resources (every `k8s-openapi` type and
 /// `#[derive(CustomResource)]` types), [`DynamicObject`](kube::api::DynamicObject)s with an
 /// [`ApiResource`](kube::api::ApiResource), and metadata-only [`PartialObjectMeta<K>`].
@@ -289,6 +353,7 @@ pub struct ApiListerWatcher<K> {
     client: Client,
     url_path: String,
     metadata_only: bool,
+    wire_format: WireFormat,
     label_selector: Option<String>,
     field_selector: Option<String>,
     _k: PhantomData<fn() -> K>,
@@ -300,6 +365,7 @@ impl<K> Clone for ApiListerWatcher<K> {
             client: self.client.clone(),
             url_path: self.url_path.clone(),
             metadata_only: self.metadata_only,
+            wire_format: self.wire_format,
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
             _k: PhantomData,
@@ -312,32 +378,57 @@ impl<K> fmt::Debug for ApiListerWatcher<K> {
         f.debug_struct("ApiListerWatcher")
             .field("url_path", &self.url_path)
             .field("metadata_only", &self.metadata_only)
+            .field("wire_format", &self.wire_format)
             .field("label_selector", &self.label_selector)
             .field("field_selector", &self.field_selector)
             .finish()
     }
 }
 
-impl<K: Resource + DeserializeOwned> ApiListerWatcher<K> {
+impl<K: Resource + DeserializeOwned + 'static> ApiListerWatcher<K> {
     /// Lists and watches what `api` addresses (all namespaces or one, any resource type).
+    ///
+    /// Asks for protobuf (with JSON as the fallback) when the resource's group version is a
+    /// built-in one ([`WireFormat::for_url_path`]), as client-go's clientsets do, except for
+    /// [`DynamicObject`](kube::api::DynamicObject), which is read as JSON like client-go's
+    /// dynamic client. [`wire_format`](Self::wire_format) overrides it.
     pub fn new(api: Api<K>) -> Self {
-        Self::from_parts(api.resource_url().to_owned(), api.into_client(), false)
+        let url = api.resource_url().to_owned();
+        let format = if std::any::TypeId::of::<K>() == std::any::TypeId::of::<DynamicObject>() {
+            WireFormat::Json
+        } else {
+            WireFormat::for_url_path(&url)
+        };
+        Self::from_parts(url, api.into_client(), false).wire_format(format)
     }
 }
 
 impl<K: Resource> ApiListerWatcher<PartialObjectMeta<K>> {
     /// Lists and watches only the metadata of what `api` addresses (`PartialObjectMetadata`).
+    ///
+    /// Asks for protobuf first, as client-go's metadata client does: kube-apiserver serves
+    /// `PartialObjectMetadata` in protobuf for every resource, custom ones included.
     pub fn metadata(api: Api<K>) -> Self {
         Self::from_parts(api.resource_url().to_owned(), api.into_client(), true)
+            .wire_format(WireFormat::Protobuf)
     }
 }
 
 impl<K> ApiListerWatcher<K> {
     /// A lister-watcher for the collection at `url_path` (e.g. `/api/v1/namespaces/ns/pods`);
     /// `metadata_only` asks for `PartialObjectMetadata` (then `K` must be a
-    /// [`PartialObjectMeta`]).
+    /// [`PartialObjectMeta`]). The wire format is chosen as [`new`](Self::new) and
+    /// [`metadata`](Self::metadata) choose it, by the URL's group version alone (so a
+    /// [`DynamicObject`](kube::api::DynamicObject) lister-watcher of a built-in resource should
+    /// set [`WireFormat::Json`] if it wants client-go's dynamic-client behaviour; decoding
+    /// protobuf into it works too).
     pub fn from_url(client: Client, url_path: String, metadata_only: bool) -> Self {
-        Self::from_parts(url_path, client, metadata_only)
+        let format = if metadata_only {
+            WireFormat::Protobuf
+        } else {
+            WireFormat::for_url_path(&url_path)
+        };
+        Self::from_parts(url_path, client, metadata_only).wire_format(format)
     }
 
     fn from_parts(url_path: String, client: Client, metadata_only: bool) -> Self {
@@ -345,10 +436,25 @@ impl<K> ApiListerWatcher<K> {
             client,
             url_path,
             metadata_only,
+            wire_format: WireFormat::Json,
             label_selector: None,
             field_selector: None,
             _k: PhantomData,
         }
+    }
+
+    /// The encoding to ask the server for ([`WireFormat`]). Whatever is asked, the response's
+    /// `Content-Type` decides how it is decoded, so a server that answers JSON to a protobuf
+    /// request (custom resources, aggregated APIs without protobuf) is read as JSON.
+    #[must_use]
+    pub fn wire_format(mut self, format: WireFormat) -> Self {
+        self.wire_format = format;
+        self
+    }
+
+    /// The encoding this asks the server for.
+    pub fn wire_format_requested(&self) -> WireFormat {
+        self.wire_format
     }
 
     /// Restricts to objects matching a label selector (`labelSelector`, e.g. `app=web,tier!=db`).
@@ -384,13 +490,25 @@ impl<K> ApiListerWatcher<K> {
         uri: String,
         watch: bool,
     ) -> Result<http::Request<kube::client::Body>, ListWatchError> {
-        let accept = match (self.metadata_only, watch) {
-            (false, _) => "application/json",
-            (true, false) => {
+        // The media ranges client-go's clientsets and metadata client send.
+        let accept = match (self.wire_format, self.metadata_only, watch) {
+            (WireFormat::Json, false, _) => "application/json",
+            (WireFormat::Protobuf, false, _) => {
+                "application/vnd.kubernetes.protobuf,application/json"
+            }
+            (WireFormat::Json, true, false) => {
                 "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
             }
-            (true, true) => {
+            (WireFormat::Json, true, true) => {
                 "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+            }
+            (WireFormat::Protobuf, true, false) => {
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,\
+                 application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+            }
+            (WireFormat::Protobuf, true, true) => {
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,\
+                 application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
             }
         };
         let mut builder = http::Request::get(uri).header(http::header::ACCEPT, accept);
@@ -464,7 +582,8 @@ where
     fn list(&self, options: ListOptions) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         async move {
             let res = within(options.idle_timeout, self.send_list(&options)).await??;
-            decode_list_body(res.into_body().into_data_stream(), &options, |k| k).await
+            let format = WireFormat::of_response(&res);
+            decode_list_body(res.into_body().into_data_stream(), &options, format, |k| k).await
         }
         .boxed()
     }
@@ -479,8 +598,14 @@ where
     {
         async move {
             let res = within(options.idle_timeout, self.send_list(&options)).await??;
-            let page =
-                decode_list_body(res.into_body().into_data_stream(), &options, &mut *sink).await?;
+            let format = WireFormat::of_response(&res);
+            let page = decode_list_body(
+                res.into_body().into_data_stream(),
+                &options,
+                format,
+                &mut *sink,
+            )
+            .await?;
             Ok(ListSummary {
                 metadata: page.metadata,
                 items: page.items.len(),
@@ -510,11 +635,13 @@ where
             }
             q.pair("resourceVersion", &options.resource_version);
             let res = self.send(self.request(q.finish(), true)?).await?;
+            let format = WireFormat::of_response(&res);
             let body = res.into_body().into_data_stream();
             Ok(watch_event_stream_limited::<K, _>(
                 body,
                 options.max_object_bytes,
                 options.projection,
+                format,
             ))
         }
         .boxed()
@@ -550,6 +677,7 @@ async fn within<T>(
 async fn decode_list_body<K, T, S>(
     body: S,
     options: &ListOptions,
+    format: WireFormat,
     mut map: impl FnMut(K) -> T + Send,
 ) -> Result<ListPage<T>, ListWatchError>
 where
@@ -558,7 +686,7 @@ where
 {
     let (idle, limit) = (options.idle_timeout, options.max_object_bytes);
     let mut body = std::pin::pin!(body);
-    let mut decoder = ListDecoder::<K, T>::new().projection(options.projection.clone());
+    let mut decoder = BodyDecoder::<K, T>::new(format, options.projection.clone());
     let window = limit.saturating_add(super::decode::LIST_DECODER_MARGIN);
     while let Some(chunk) = within(idle, body.next()).await? {
         decoder.push(&chunk.map_err(ListWatchError::Request)?, &mut map)?;
@@ -567,6 +695,51 @@ where
         }
     }
     Ok(decoder.finish(&mut map)?)
+}
+
+/// A list body's decoder, by the response's content type.
+enum BodyDecoder<K, T> {
+    Json(ListDecoder<K, T>),
+    Protobuf(crate::protobuf::ProtobufListDecoder<K, T>),
+}
+
+impl<K: DeserializeOwned, T> BodyDecoder<K, T> {
+    fn new(format: WireFormat, projection: Projection) -> Self {
+        match format {
+            WireFormat::Json => Self::Json(ListDecoder::new().projection(projection)),
+            WireFormat::Protobuf => {
+                Self::Protobuf(crate::protobuf::ProtobufListDecoder::new().projection(projection))
+            }
+        }
+    }
+
+    fn push(
+        &mut self,
+        chunk: &[u8],
+        map: &mut dyn FnMut(K) -> T,
+    ) -> Result<(), super::decode::DecodeError> {
+        match self {
+            Self::Json(d) => d.push(chunk, map),
+            Self::Protobuf(d) => d.push(chunk, map),
+        }
+    }
+
+    fn buffered(&self) -> usize {
+        match self {
+            Self::Json(d) => d.buffered(),
+            Self::Protobuf(d) => d.buffered(),
+        }
+    }
+
+    fn finish(
+        self,
+        map: &mut dyn FnMut(K) -> T,
+    ) -> Result<ListPage<T>, super::decode::DecodeError> {
+        match self {
+            Self::Json(d) => d.finish(map),
+            Self::Protobuf(d) => d.finish(map),
+        }
+    }
 }
 
 /// Frames a watch body into lines and decodes each into an event.
@@ -579,15 +752,17 @@ where
     K: DeserializeOwned + Send + 'static,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
 {
-    watch_event_stream_limited(body, usize::MAX, Projection::none())
+    watch_event_stream_limited(body, usize::MAX, Projection::none(), WireFormat::Json)
 }
 
-/// [`watch_event_stream`] where a line still unfinished after `limit` bytes ends the stream with
-/// [`ListWatchError::TooLarge`], and each object goes through `projection`.
+/// [`watch_event_stream`] where an event still unfinished after `limit` bytes ends the stream
+/// with [`ListWatchError::TooLarge`], and each object goes through `projection`. `format` is the
+/// response's: JSON lines, or protobuf's length-prefixed frames.
 pub(crate) fn watch_event_stream_limited<K, S>(
     body: S,
     limit: usize,
     projection: Projection,
+    format: WireFormat,
 ) -> WatchStream<K>
 where
     K: DeserializeOwned + Send + 'static,
@@ -595,32 +770,28 @@ where
 {
     struct State<S> {
         body: std::pin::Pin<Box<S>>,
-        framer: LineFramer,
-        lines: std::collections::VecDeque<Vec<u8>>,
+        framer: EventFramer,
+        events: std::collections::VecDeque<Vec<u8>>,
         done: bool,
         too_large: bool,
         projection: Projection,
     }
     let state = State {
         body: Box::pin(body),
-        framer: LineFramer::new(),
-        lines: std::collections::VecDeque::new(),
+        framer: EventFramer::new(format, limit),
+        events: std::collections::VecDeque::new(),
         done: false,
         too_large: false,
         projection,
     };
     futures::stream::unfold(state, move |mut st| async move {
         loop {
-            if let Some(line) = st.lines.pop_front() {
-                let ev = decode_watch_event_projected::<K>(&line, &st.projection).map_err(|e| match undecodable_event(&line, e) {
-                    Ok(u) => ListWatchError::Undecodable(Box::new(u)),
-                    Err(e) => ListWatchError::Decode(e),
-                });
+            if let Some(bytes) = st.events.pop_front() {
+                let ev = st.framer.decode::<K>(&bytes, &st.projection);
                 return Some((ev, st));
             }
             if st.too_large {
                 st.too_large = false;
-                st.framer = LineFramer::new();
                 return Some((Err(ListWatchError::TooLarge { limit }), st));
             }
             if st.done {
@@ -628,9 +799,9 @@ where
             }
             match st.body.next().await {
                 Some(Ok(chunk)) => {
-                    st.lines.extend(st.framer.push(&chunk));
-                    if st.framer.pending().len() > limit {
-                        // Yield the lines before it first: they are whole events.
+                    let too_large = st.framer.push(&chunk, &mut st.events);
+                    if too_large {
+                        // Yield the events before it first: they are whole.
                         st.done = true;
                         st.too_large = true;
                     }
@@ -640,9 +811,9 @@ where
                     return Some((Err(ListWatchError::Stream(e)), st));
                 }
                 None => {
-                    if !st.framer.pending().is_empty() {
+                    if st.framer.pending() > 0 {
                         tracing::debug!(
-                            bytes = st.framer.pending().len(),
+                            bytes = st.framer.pending(),
                             "watch stream ended inside an event; it will be fetched again by the next watch"
                         );
                     }
@@ -654,12 +825,90 @@ where
     .boxed()
 }
 
+/// Splits a watch body into events: JSON lines, or protobuf frames.
+enum EventFramer {
+    Lines { framer: LineFramer, limit: usize },
+    Frames(crate::protobuf::LengthPrefixFramer),
+}
+
+impl EventFramer {
+    fn new(format: WireFormat, limit: usize) -> Self {
+        match format {
+            WireFormat::Json => Self::Lines {
+                framer: LineFramer::new(),
+                limit,
+            },
+            WireFormat::Protobuf => Self::Frames(crate::protobuf::LengthPrefixFramer::new(limit)),
+        }
+    }
+
+    /// Appends `chunk`, moving each completed event to `out`; true when the event being
+    /// received is already past the limit.
+    fn push(&mut self, chunk: &[u8], out: &mut std::collections::VecDeque<Vec<u8>>) -> bool {
+        match self {
+            Self::Lines { framer, limit } => {
+                out.extend(framer.push(chunk));
+                framer.pending().len() > *limit
+            }
+            // A frame declaring more than the limit fails at once (its bytes are not waited
+            // for); the events before it in the same chunk are fetched again by the re-watch
+            // from the last resourceVersion seen.
+            Self::Frames(framer) => match framer.push(chunk) {
+                Ok(frames) => {
+                    out.extend(frames);
+                    false
+                }
+                Err(_) => true,
+            },
+        }
+    }
+
+    /// Bytes of an unfinished event.
+    fn pending(&self) -> usize {
+        match self {
+            Self::Lines { framer, .. } => framer.pending().len(),
+            Self::Frames(framer) => framer.pending().len(),
+        }
+    }
+
+    fn decode<K: DeserializeOwned>(
+        &self,
+        bytes: &[u8],
+        projection: &Projection,
+    ) -> Result<WatchEvent<K>, ListWatchError> {
+        let (decoded, undecodable) = match self {
+            Self::Lines { .. } => (
+                decode_watch_event_projected::<K>(bytes, projection),
+                undecodable_event as fn(&[u8], _) -> _,
+            ),
+            Self::Frames(_) => (
+                crate::protobuf::decode_watch_frame::<K>(bytes, projection),
+                crate::protobuf::undecodable_frame as fn(&[u8], _) -> _,
+            ),
+        };
+        decoded.map_err(|e| match undecodable(bytes, e) {
+            Ok(u) => ListWatchError::Undecodable(Box::new(u)),
+            Err(e) => ListWatchError::Decode(e),
+        })
+    }
+}
+
 fn status_from_body(code: u16, body: &[u8]) -> Status {
-    match serde_json::from_slice::<Status>(body) {
-        Ok(mut s) if s.code != 0 || !s.reason.is_empty() => {
+    let decoded = if body.starts_with(&crate::protobuf::MAGIC) {
+        crate::protobuf::decode_object::<Status>(body, &Projection::none()).ok()
+    } else {
+        serde_json::from_slice::<Status>(body).ok()
+    };
+    match decoded {
+        Some(mut s) if s.code != 0 || !s.reason.is_empty() => {
             if s.code == 0 {
                 s.code = code;
             }
+            s
+        }
+        _ if body.starts_with(&crate::protobuf::MAGIC) => {
+            let mut s = Status::failure("an undecodable protobuf Status", "");
+            s.code = code;
             s
         }
         _ => {
@@ -791,6 +1040,7 @@ mod tests {
         let page = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(chunks()),
             &unlimited_idle(usize::MAX),
+            WireFormat::Json,
             |k| k,
         )
         .await
@@ -806,6 +1056,7 @@ mod tests {
         let err = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(cut),
             &unlimited_idle(usize::MAX),
+            WireFormat::Json,
             |k| k,
         )
         .await
@@ -816,6 +1067,7 @@ mod tests {
         let err = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(short),
             &unlimited_idle(usize::MAX),
+            WireFormat::Json,
             |k| k,
         )
         .await
@@ -843,6 +1095,7 @@ mod limit_tests {
             futures::stream::iter(chunks),
             128,
             Projection::none(),
+            WireFormat::Json,
         );
         assert!(matches!(s.next().await, Some(Ok(WatchEvent::Added(_)))));
         assert!(matches!(
@@ -865,6 +1118,7 @@ mod limit_tests {
         let err = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(chunks()),
             &unlimited_idle(100 * 1024),
+            WireFormat::Json,
             |k| k,
         )
         .await
@@ -877,6 +1131,7 @@ mod limit_tests {
         let page = decode_list_body::<ConfigMap, _, _>(
             futures::stream::iter(chunks()),
             &unlimited_idle(1 << 20),
+            WireFormat::Json,
             |k| k,
         )
         .await

@@ -56,7 +56,7 @@ pub use decode::{ListPage, Projection, ProjectionError, UndecodableObject, Watch
 pub use error::{Error, ListWatchError};
 pub use listwatch::{
     ApiListerWatcher, DEFAULT_MAX_OBJECT_BYTES, ItemSink, ListOptions, ListSummary,
-    ListWatchTarget, ListerWatcher, WatchOptions, WatchStream,
+    ListWatchTarget, ListerWatcher, WatchOptions, WatchStream, WireFormat,
 };
 use policy::{Next, Step, Then};
 pub use store::ReflectorStore;

@@ -41,6 +41,7 @@ pub(crate) struct FaultState {
     fail: Mutex<Vec<FailRule>>,
     drop_after: Mutex<Option<usize>>,
     malformed: AtomicUsize,
+    truncated: AtomicUsize,
     pub(crate) stalled: watch::Sender<bool>,
 }
 
@@ -50,6 +51,7 @@ impl FaultState {
             fail: Mutex::new(Vec::new()),
             drop_after: Mutex::new(None),
             malformed: AtomicUsize::new(0),
+            truncated: AtomicUsize::new(0),
             stalled: watch::Sender::new(false),
         }
     }
@@ -75,6 +77,13 @@ impl FaultState {
     /// Whether the next watch line should be preceded by a garbage line (consumes it).
     pub fn take_malformed(&self) -> bool {
         self.malformed
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Whether the next watch event should be cut off halfway, its stream with it (consumes it).
+    pub fn take_truncated(&self) -> bool {
+        self.truncated
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
     }
@@ -127,9 +136,17 @@ impl Faults {
     }
 
     /// Makes the next watch line written (on any stream) be preceded by a line that is not
-    /// valid JSON. The real event still follows, so nothing is lost.
+    /// valid JSON, or on a protobuf stream by a well-framed frame that is not a `WatchEvent`.
+    /// The real event still follows, so nothing is lost.
     pub fn malformed_line_next(&self) {
         self.shared.faults.malformed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Cuts the next watch event written (on any stream) off halfway, then closes its
+    /// connection abruptly: a partial JSON line, or a protobuf frame shorter than its length
+    /// prefix. The event is lost to that stream (a new watch from the last RV gets it).
+    pub fn truncated_event_next(&self) {
+        self.shared.faults.truncated.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Stalls every watch stream: connections stay open but send nothing (not even bookmarks,
@@ -157,12 +174,14 @@ impl Faults {
         self.shared.conn_abort.send_modify(|g| *g += 1);
     }
 
-    /// Clears pending request failures, malformed lines, the drop-after rule, and stalls.
+    /// Clears pending request failures, malformed lines, truncated events, the drop-after rule,
+    /// and stalls.
     pub fn clear(&self) {
         let f = &self.shared.faults;
         f.fail.lock().clear();
         *f.drop_after.lock() = None;
         f.malformed.store(0, Ordering::SeqCst);
+        f.truncated.store(0, Ordering::SeqCst);
         f.stalled.send_replace(false);
     }
 }

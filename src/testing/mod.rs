@@ -19,6 +19,10 @@
 //!   [`set_history_limit`](FakeApiServer::set_history_limit)): older RVs get `410 Expired`;
 //! - label selectors (full syntax) and `metadata.name` / `metadata.namespace` field selectors;
 //! - metadata-only (`PartialObjectMetadata`) responses;
+//! - kube-apiserver's protobuf (`application/vnd.kubernetes.protobuf`) for built-in kinds and
+//!   metadata-only requests, when the `Accept` header prefers it: objects, lists, watch frames
+//!   and errors ([`set_protobuf_supported`](FakeApiServer::set_protobuf_supported),
+//!   [`RecordedRequest::served_protobuf`]); request bodies are JSON only;
 //! - injected [`Faults`] and a log of [`RecordedRequest`]s.
 //!
 //! # Example
@@ -153,7 +157,7 @@
 //! - A deleted object's response and `DELETED` event carry its last state with the deletion's
 //!   RV (kube-apiserver answers some kinds' deletes with a `Status` instead; kube's
 //!   `Api::delete` takes either).
-//! - Errors are `meta/v1 Status` JSON with `reason`, `code` and, for `Invalid`, `details.causes`
+//! - Errors are `meta/v1 Status` JSON (protobuf when negotiated) with `reason`, `code` and, for `Invalid`, `details.causes`
 //!   naming the field; unknown paths, resources and subresources get `404 NotFound`, bad
 //!   selectors and continue tokens `400 BadRequest`. Odd requests never panic the server.
 
@@ -163,6 +167,7 @@ mod patch;
 mod query;
 mod server;
 mod store;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -227,6 +232,21 @@ pub struct RecordedRequest {
     pub query: QueryParams,
     /// The response status (200 for a watch whose stream started).
     pub status: u16,
+    /// The response's `Content-Type`: `application/json`,
+    /// `application/vnd.kubernetes.protobuf` (objects, lists, errors) or
+    /// `application/vnd.kubernetes.protobuf;stream=watch` (watches); see
+    /// [`served_protobuf`](Self::served_protobuf).
+    pub content_type: String,
+}
+
+impl RecordedRequest {
+    /// Whether the response was protobuf (`application/vnd.kubernetes.protobuf`, a watch
+    /// stream's included).
+    #[must_use]
+    pub fn served_protobuf(&self) -> bool {
+        self.content_type
+            .starts_with("application/vnd.kubernetes.protobuf")
+    }
 }
 
 /// Whether watches may use `sendInitialEvents` (the streaming list, KEP-3157).
@@ -243,6 +263,8 @@ pub(crate) struct Shared {
     faults: faults::FaultState,
     requests: Mutex<Vec<RecordedRequest>>,
     settings: Mutex<Settings>,
+    /// What is served in protobuf.
+    protobuf: Mutex<wire::ProtobufSettings>,
     /// Bumped to close every watch stream abruptly.
     watch_abort: watch::Sender<u64>,
     /// Bumped to close every connection abruptly (restart).
@@ -378,6 +400,7 @@ impl FakeApiServer {
                 sharding: false,
                 bookmark_interval: Some(DEFAULT_BOOKMARK_INTERVAL),
             }),
+            protobuf: Mutex::new(wire::ProtobufSettings::default()),
             watch_abort: watch::Sender::new(0),
             conn_abort: watch::Sender::new(0),
             shutdown: watch::Sender::new(false),
@@ -765,6 +788,41 @@ impl FakeApiServer {
     /// gate does: the whole collection comes back, without `shardInfo`.
     pub fn set_sharding_supported(&self, supported: bool) {
         self.shared.settings.lock().sharding = supported;
+    }
+
+    /// Whether protobuf (`application/vnd.kubernetes.protobuf`) is served at all (default
+    /// `true`). When on, a request whose `Accept` header prefers protobuf (by `q`, then order)
+    /// gets it, as from kube-apiserver, for a built-in kind ([`protobuf::schema::BUILTIN`]
+    /// has its message) and for metadata-only requests
+    /// (`;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`) of any resource, custom
+    /// resources included; a custom resource's objects are JSON, as apiextensions-apiserver
+    /// serves them. Protobuf covers GET, LIST (pages included), WATCH (length-prefixed
+    /// `WatchEvent` frames, `Content-Type: application/vnd.kubernetes.protobuf;stream=watch`:
+    /// events, bookmarks, `ERROR` `Status`es), write responses and error `Status`es.
+    /// [`RecordedRequest::content_type`] says what each request got.
+    ///
+    /// [`protobuf::schema::BUILTIN`]: crate::protobuf::schema::BUILTIN
+    ///
+    /// The default is on, unless the environment variable `KUBE_INFORMER_FAKE_PROTOBUF` is `0`
+    /// when the server starts: then JSON only, so a whole suite can be run in both encodings.
+    pub fn set_protobuf_supported(&self, supported: bool) {
+        self.shared.protobuf.lock().enabled = supported;
+    }
+
+    /// Whether the built-in kind `K` is served in protobuf (default `true`; see
+    /// [`set_protobuf_supported`](Self::set_protobuf_supported), which overrides this when
+    /// off). Metadata-only requests are not affected.
+    pub fn set_protobuf_supported_for<K>(&self, supported: bool)
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        let key = (K::api_version(&()).into_owned(), K::kind(&()).into_owned());
+        let mut settings = self.shared.protobuf.lock();
+        if supported {
+            settings.disabled.remove(&key);
+        } else {
+            settings.disabled.insert(key);
+        }
     }
 
     /// How many events a watcher may lag behind before it is cut off (default 1024); applies

@@ -23,6 +23,7 @@ use super::query::{
 use super::store::{
     DeleteOptions, EventKind, Part, ResourceInfo, StoredEvent, WatchMsg, WatchStart, WriteMode,
 };
+use super::wire::{self, Wire};
 use super::{RecordedRequest, Shared};
 
 type Body = BoxBody<Bytes, std::io::Error>;
@@ -74,21 +75,48 @@ struct Route {
 
 fn full(status: u16, body: &Value) -> Response<Body> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
-    let mut resp = Response::new(
-        Full::new(Bytes::from(bytes))
-            .map_err(|e| match e {})
-            .boxed(),
-    );
+    bytes_response(status, Bytes::from(bytes), wire::JSON)
+}
+
+fn bytes_response(status: u16, bytes: Bytes, content_type: &'static str) -> Response<Body> {
+    let mut resp = Response::new(Full::new(bytes).map_err(|e| match e {}).boxed());
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
+        header::HeaderValue::from_static(content_type),
     );
     resp
 }
 
-fn error_response(e: &ApiError) -> Response<Body> {
-    let mut resp = full(e.code, &e.status_json());
+/// An object response in the negotiated encoding (metadata only if asked for).
+fn object_response(
+    wire: Wire,
+    info: &ResourceInfo,
+    status: u16,
+    v: &Value,
+) -> Result<Response<Body>, ApiError> {
+    let encoded = if wire.metadata_only {
+        wire::object_body(wire, "meta.k8s.io/v1", "PartialObjectMetadata", &partial(v))
+    } else {
+        wire::object_body(wire, &info.api_version(), &info.kind, v)
+    };
+    let (bytes, content_type) = encoded.map_err(encode_failed)?;
+    Ok(bytes_response(status, bytes, content_type))
+}
+
+/// A stored object the protobuf encoder refuses (a value of the wrong JSON type for its
+/// field) is a server error, as kube-apiserver could not have stored it.
+fn encode_failed(e: crate::protobuf::encode::EncodeError) -> ApiError {
+    ApiError::new(
+        500,
+        "InternalError",
+        format!("encoding the response as protobuf failed: {e}"),
+    )
+}
+
+fn error_response(wire: Wire, e: &ApiError) -> Response<Body> {
+    let (bytes, content_type) = wire::status_body(wire, &e.status_json());
+    let mut resp = bytes_response(e.code, bytes, content_type);
     if e.code == 429 {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
@@ -100,12 +128,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = QueryParams::parse(req.uri().query());
-    let metadata_only = req
-        .headers()
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("as=PartialObjectMetadata"));
     let route = resolve(&shared, &path);
+    let wire = negotiate(&shared, &req, &route);
     let verb = match (&method, &route) {
         (&Method::GET, Ok(Some(r))) if r.name.is_some() => Verb::Get,
         (&Method::GET, Ok(Some(_))) if query.is_watch() => Verb::Watch,
@@ -129,11 +153,14 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let resp = if let Some(code) = shared.faults.take_failure(verb) {
-        error_response(&ApiError::new(
-            code,
-            reason_for(code),
-            format!("injected fault: status {code}"),
-        ))
+        error_response(
+            wire,
+            &ApiError::new(
+                code,
+                reason_for(code),
+                format!("injected fault: status {code}"),
+            ),
+        )
     } else {
         let body = if matches!(
             verb,
@@ -148,7 +175,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                         path,
                         verb,
                         query,
-                        error_response(&e),
+                        error_response(wire, &e),
                     ));
                 }
             }
@@ -161,17 +188,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             user_agent,
             options: WriteParams::parse(raw_query.as_deref()),
         };
-        match dispatch(
-            &shared,
-            &method,
-            &path,
-            route,
-            &query,
-            request,
-            metadata_only,
-        ) {
+        match dispatch(&shared, &method, &path, route, &query, request, wire) {
             Ok(r) => r,
-            Err(e) => error_response(&e),
+            Err(e) => error_response(wire, &e),
         }
     };
     Ok(record(&shared, method, path, verb, query, resp))
@@ -185,14 +204,43 @@ fn record(
     query: QueryParams,
     resp: Response<Body>,
 ) -> Response<Body> {
+    let content_type = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     shared.requests.lock().push(RecordedRequest {
         method: method.to_string(),
         path,
         verb,
         query,
         status: resp.status().as_u16(),
+        content_type,
     });
     resp
+}
+
+/// The response encoding of a request: protobuf only for a registered resource the server
+/// serves it for (see [`wire::ProtobufSettings::allows`]).
+fn negotiate(
+    shared: &Shared,
+    req: &Request<Incoming>,
+    route: &Result<Option<Route>, ApiError>,
+) -> Wire {
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let info = match route {
+        Ok(Some(r)) => Some(shared.store.lock().info(r.res).clone()),
+        _ => None,
+    };
+    let settings = shared.protobuf.lock();
+    wire::negotiate(accept, |metadata_only| {
+        info.as_ref()
+            .is_some_and(|i| settings.allows(&i.api_version(), &i.kind, metadata_only))
+    })
 }
 
 async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
@@ -342,7 +390,7 @@ fn dispatch(
     route: Result<Option<Route>, ApiError>,
     query: &QueryParams,
     request: WriteRequest,
-    metadata_only: bool,
+    wire: Wire,
 ) -> Result<Response<Body>, ApiError> {
     let Some(route) = route? else {
         if method == Method::GET && path.trim_matches('/') == "version" {
@@ -358,36 +406,23 @@ fn dispatch(
         return Err(method_not_allowed());
     };
     let ns = route.namespace.as_deref();
-    let present = |v: Value| if metadata_only { partial(&v) } else { v };
     let info = shared.store.lock().info(route.res).clone();
     let part = route.part;
     match (method, route.name.as_deref()) {
         // GET of `/status` returns the whole object, as the apiserver's status REST does.
         (&Method::GET, Some(name)) => {
             let v = shared.store.lock().get(route.res, ns, name)?;
-            Ok(full(200, &present(v)))
+            object_response(wire, &info, 200, &v)
         }
-        (&Method::GET, None) if query.is_watch() => watch(
-            shared,
-            route.res,
-            &info,
-            route.namespace,
-            query,
-            metadata_only,
-        ),
-        (&Method::GET, None) => list(
-            shared,
-            route.res,
-            &info,
-            route.namespace,
-            query,
-            metadata_only,
-        ),
+        (&Method::GET, None) if query.is_watch() => {
+            watch(shared, route.res, &info, route.namespace, query, wire)
+        }
+        (&Method::GET, None) => list(shared, route.res, &info, route.namespace, query, wire),
         (&Method::POST, None) => {
             let mode = WriteMode::api(Part::Main, write_dry_run(&request, "CreateOptions")?);
             let obj = parse_json(&request.body)?;
             let v = shared.store.lock().create(route.res, ns, obj, mode)?;
-            Ok(full(201, &present(v)))
+            object_response(wire, &info, 201, &v)
         }
         (&Method::PUT, Some(name)) => {
             let mode = WriteMode::api(part, write_dry_run(&request, "UpdateOptions")?);
@@ -404,7 +439,7 @@ fn dispatch(
                 Err(_) => obj,
             };
             let v = store.update(route.res, ns, Some(name), obj, mode)?;
-            Ok(full(200, &present(v)))
+            object_response(wire, &info, 200, &v)
         }
         (&Method::PATCH, Some(name)) => {
             // As `PatchResource`: the content type first, then the options, then the body.
@@ -420,7 +455,7 @@ fn dispatch(
             let ignore_status = info.status_subresource && part == Part::Main;
             if kind == PatchType::Apply {
                 return server_side_apply(shared, &route, name, &request, mode, ignore_status)
-                    .map(|(code, v)| full(code, &present(v)));
+                    .and_then(|(code, v)| object_response(wire, &info, code, &v));
             }
             let mut store = shared.store.lock();
             let current = store.get(route.res, ns, name)?;
@@ -430,12 +465,12 @@ fn dispatch(
             // The patched object is then an update: a resourceVersion the patch sets is a
             // precondition (409 if stale), and the status and finalizer rules apply.
             let v = store.update(route.res, ns, Some(name), patched, mode)?;
-            Ok(full(200, &present(v)))
+            object_response(wire, &info, 200, &v)
         }
         (&Method::DELETE, Some(name)) if part == Part::Main => {
             let opts = delete_options(&request.body)?;
             let v = shared.store.lock().delete(route.res, ns, name, &opts)?;
-            Ok(full(200, &present(v)))
+            object_response(wire, &info, 200, &v)
         }
         _ => Err(method_not_allowed()),
     }
@@ -569,7 +604,7 @@ fn list(
     info: &ResourceInfo,
     namespace: Option<String>,
     q: &QueryParams,
-    metadata_only: bool,
+    wire: Wire,
 ) -> Result<Response<Body>, ApiError> {
     validate_list(q)?;
     let sharding = shared.settings.lock().sharding;
@@ -641,14 +676,14 @@ fn list(
     let items: Vec<Value> = matching
         .into_iter()
         .map(|(_, v)| {
-            if metadata_only {
+            if wire.metadata_only {
                 partial(&v)
             } else {
                 (*v).clone()
             }
         })
         .collect();
-    let (api_version, kind) = if metadata_only {
+    let (api_version, kind) = if wire.metadata_only {
         (
             "meta.k8s.io/v1".to_string(),
             "PartialObjectMetadataList".to_string(),
@@ -656,10 +691,9 @@ fn list(
     } else {
         (info.api_version(), format!("{}List", info.kind))
     };
-    Ok(full(
-        200,
-        &json!({ "apiVersion": api_version, "kind": kind, "metadata": meta, "items": items }),
-    ))
+    let (bytes, content_type) =
+        wire::list_body(wire, &api_version, &kind, &meta, &items).map_err(encode_failed)?;
+    Ok(bytes_response(200, bytes, content_type))
 }
 
 /// apimachinery `validateWatchOptions`, plus the `WatchList` feature switch.
@@ -693,7 +727,7 @@ fn validate_watch(q: &QueryParams, watch_list: bool) -> Result<(), ApiError> {
 struct WatchCtx {
     info: ResourceInfo,
     filter: Filter,
-    metadata_only: bool,
+    wire: Wire,
     bookmarks: bool,
     timeout: Option<Duration>,
     interval: Option<Duration>,
@@ -701,7 +735,7 @@ struct WatchCtx {
 
 impl WatchCtx {
     fn line(&self, kind: &str, obj: &Value) -> Value {
-        let obj = if self.metadata_only {
+        let obj = if self.wire.metadata_only {
             partial(obj)
         } else {
             obj.clone()
@@ -709,15 +743,31 @@ impl WatchCtx {
         json!({ "type": kind, "object": obj })
     }
 
-    fn bookmark(&self, rv: u64, initial_end: bool) -> Value {
-        let (api_version, kind) = if self.metadata_only {
+    /// The `apiVersion` and `kind` of the objects on this stream.
+    fn kind(&self) -> (String, String) {
+        if self.wire.metadata_only {
             (
                 "meta.k8s.io/v1".to_string(),
                 "PartialObjectMetadata".to_string(),
             )
         } else {
             (self.info.api_version(), self.info.kind.clone())
-        };
+        }
+    }
+
+    /// An event as written on the stream (a JSON line or a protobuf frame); one the encoder
+    /// refuses becomes an `ERROR` event with a 500 `Status`, as the apiserver reports an
+    /// object it cannot encode.
+    fn frame(&self, line: &Value) -> Bytes {
+        let (api_version, kind) = self.kind();
+        wire::watch_frame(self.wire, line, &api_version, &kind).unwrap_or_else(|e| {
+            let error = json!({ "type": "ERROR", "object": encode_failed(e).status_json() });
+            wire::watch_frame(self.wire, &error, &api_version, &kind).unwrap_or_default()
+        })
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Value {
+        let (api_version, kind) = self.kind();
         let mut meta = json!({ "resourceVersion": rv.to_string() });
         if initial_end {
             meta["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
@@ -758,13 +808,13 @@ impl WatchCtx {
 
 type Chunk = Result<Frame<Bytes>, std::io::Error>;
 
-fn stream_response(rx: mpsc::Receiver<Chunk>) -> Response<Body> {
+fn stream_response(rx: mpsc::Receiver<Chunk>, wire: Wire) -> Response<Body> {
     let stream =
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
     let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
+        header::HeaderValue::from_static(wire::watch_content_type(wire)),
     );
     resp
 }
@@ -775,7 +825,7 @@ fn watch(
     info: &ResourceInfo,
     namespace: Option<String>,
     q: &QueryParams,
-    metadata_only: bool,
+    wire: Wire,
 ) -> Result<Response<Body>, ApiError> {
     let settings = *shared.settings.lock();
     validate_watch(q, settings.watch_list)?;
@@ -811,7 +861,7 @@ fn watch(
     let ctx = WatchCtx {
         info: info.clone(),
         filter,
-        metadata_only,
+        wire,
         bookmarks: q.bookmarks(),
         timeout,
         interval: settings.bookmark_interval,
@@ -821,13 +871,11 @@ fn watch(
         Err(e) if e.code == 410 => {
             // The watch cache reports a compacted RV as an ERROR event on an open stream.
             let line = json!({ "type": "ERROR", "object": e.status_json() });
-            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
-            bytes.push(b'\n');
-            let mut resp = full(200, &Value::Null);
-            *resp.body_mut() = Full::new(Bytes::from(bytes))
-                .map_err(|e| match e {})
-                .boxed();
-            return Ok(resp);
+            return Ok(bytes_response(
+                200,
+                ctx.frame(&line),
+                wire::watch_content_type(wire),
+            ));
         }
         Err(e) => return Err(e),
     };
@@ -845,7 +893,7 @@ fn watch(
     pending.extend(reg.replay.iter().filter_map(|e| ctx.translate(e)));
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(run_watch(shared.clone(), ctx, pending, reg, tx));
-    Ok(stream_response(rx))
+    Ok(stream_response(rx, wire))
 }
 
 /// Why a watch stream stopped writing.
@@ -917,23 +965,28 @@ async fn watch_loop(
         if let Some(line) = pending.pop_front() {
             if shared.faults.take_malformed()
                 && out
-                    .send(Ok(Frame::data(Bytes::from_static(
-                        b"{\"type\":\"ADDED\",\"object\":{garbage\n",
-                    ))))
+                    .send(Ok(Frame::data(wire::garbage_frame(ctx.wire))))
                     .await
                     .is_err()
             {
                 return End::Clean;
             }
-            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
-            bytes.push(b'\n');
+            let mut bytes = ctx.frame(&line);
+            let truncate = shared.faults.take_truncated();
+            if truncate {
+                // Half the event, then the connection is cut (below).
+                bytes.truncate(bytes.len() / 2);
+            }
             tokio::select! {
-                sent = out.send(Ok(Frame::data(Bytes::from(bytes)))) => {
+                sent = out.send(Ok(Frame::data(bytes))) => {
                     if sent.is_err() {
                         return End::Clean;
                     }
                 }
                 _ = abort.changed() => return End::Abort,
+            }
+            if truncate {
+                return End::Abort;
             }
             written += 1;
             continue;

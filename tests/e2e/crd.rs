@@ -32,7 +32,7 @@ pub struct WidgetSpec {
     size: i64,
 }
 
-fn widget(name: &str, size: i64) -> Widget {
+pub fn widget(name: &str, size: i64) -> Widget {
     let mut w = Widget::new(name, WidgetSpec { size });
     w.metadata = ObjectMeta {
         name: Some(name.to_owned()),
@@ -43,7 +43,7 @@ fn widget(name: &str, size: i64) -> Widget {
 }
 
 /// Creates the CRD and waits until the server serves the new resource.
-async fn install_crd(cluster: &Cluster, ns: &str) {
+pub async fn install_crd(cluster: &Cluster, ns: &str) {
     let crds: Api<CustomResourceDefinition> = Api::all(cluster.admin());
     within(
         "create CRD",

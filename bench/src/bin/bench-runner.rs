@@ -1,7 +1,7 @@
 //! Runs every scenario against the replay server, each client in its own process, `--runs` times
 //! (clients interleaved so drift hits them all alike), and prints medians and ratios as Markdown.
 //!
-//! `bench-runner [--runs 5] [--only S1,S2,S3,S4,S2burst] [--port 18080] [--bin DIR] [--go BIN]
+//! `bench-runner [--runs 5] [--only S1,S2,S3,S4,S2burst,PB] [--port 18080] [--bin DIR] [--go BIN]
 //!               [--update PATH]`
 //!
 //! kube-informer runs in both FIFO modes; `S2` runs both the original S2 (one event per HTTP
@@ -262,6 +262,94 @@ fn s1(env: &Env, n: usize, out: &mut String) {
     );
 }
 
+/// S1 and S2 in protobuf: the replay server serves the same fixture in both encodings
+/// (`--protobuf true`), and each client is run in each.
+fn protobuf_rows(env: &Env, n: usize, m: usize, out: &mut String) {
+    eprintln!("S1/S2 in protobuf: {n} pods, {m} events");
+    let _server = ServerProc::start(
+        env,
+        &[
+            "--pods",
+            &n.to_string(),
+            "--events",
+            &m.to_string(),
+            "--burst",
+            "1000",
+            "--gate-watch",
+            "true",
+            "--protobuf",
+            "true",
+        ],
+    );
+    let with = |base: &[&str], extra: &[&str]| {
+        let mut v = strs(base);
+        v.extend(strs(extra));
+        v
+    };
+    let sync = ["--mode", "sync"];
+    let watch = ["--mode", "watch", "--events", &m.to_string()];
+    let watch: Vec<&str> = watch.to_vec();
+    let clients = [
+        ("kube-informer, JSON", INFORMER, with(&sync, &["--wire", "json"])),
+        ("kube-informer, protobuf", INFORMER, with(&sync, &["--wire", "protobuf"])),
+        (
+            "kube-informer, protobuf, projection drops managedFields",
+            INFORMER,
+            with(&sync, &["--wire", "protobuf", "--project", "true"]),
+        ),
+        (
+            "kube-informer, protobuf, Compact cache",
+            INFORMER,
+            with(&sync, &["--wire", "protobuf", "--cache", "compact"]),
+        ),
+        ("client-go, JSON", GO, with(&sync, &[])),
+        ("client-go, protobuf", GO, with(&sync, &["--protobuf", "true"])),
+    ];
+    let all = measure(env, &clients);
+    out.push_str(&format!(
+        "\n### S1 in protobuf: cold sync, N = {n} Pods, each client in JSON and in protobuf\n\n| client | CPU to synced (s) | wall to synced (s) | peak RSS (MiB) | CPU ÷ client-go protobuf | RSS ÷ client-go protobuf |\n|---|---|---|---|---|---|\n"
+    ));
+    let (go_cpu, go_rss) = (
+        med(&all, "client-go, protobuf", "cpu_sync_s"),
+        med(&all, "client-go, protobuf", "hwm_kb"),
+    );
+    for (label, _, _) in &clients {
+        let cpu = med(&all, label, "cpu_sync_s");
+        let rss = med(&all, label, "hwm_kb");
+        out.push_str(&format!(
+            "| {label} | {cpu:.3} | {:.3} | {:.0} | {} | {} |\n",
+            med(&all, label, "synced_s"),
+            rss / 1024.0,
+            ratio(cpu, go_cpu),
+            ratio(rss, go_rss),
+        ));
+    }
+    let clients = [
+        ("kube-informer, JSON", INFORMER, with(&watch, &["--wire", "json"])),
+        ("kube-informer, protobuf", INFORMER, with(&watch, &["--wire", "protobuf"])),
+        (
+            "kube-informer, protobuf, projection drops managedFields",
+            INFORMER,
+            with(&watch, &["--wire", "protobuf", "--project", "true"]),
+        ),
+        ("client-go, JSON", GO, with(&watch, &[])),
+        ("client-go, protobuf", GO, with(&watch, &["--protobuf", "true"])),
+    ];
+    let all = measure(env, &clients);
+    out.push_str(&format!(
+        "\n### S2 in protobuf: M = {m} MODIFIED events (after a list of {n}), bursts of 1,000 per chunk once synced\n\n| client | events/s to the handler | CPU per event (µs) | CPU/event ÷ client-go protobuf |\n|---|---|---|---|\n"
+    ));
+    let go_cpe = med(&all, "client-go, protobuf", "cpu_per_event_us");
+    for (label, _, _) in &clients {
+        let cpe = med(&all, label, "cpu_per_event_us");
+        out.push_str(&format!(
+            "| {label} | {:.0} | {cpe:.2} | {} |\n",
+            med(&all, label, "events_per_s"),
+            ratio(cpe, go_cpe),
+        ));
+    }
+}
+
 /// S2 (and S3 with `s3`). `burst` is the replay server's events per HTTP chunk: 1 is the
 /// original S2 (one chunk per event), 1,000 the burst variant of issue #14 (S3 is only run
 /// with 1).
@@ -442,7 +530,7 @@ fn main() {
         port: get("port", "18080").parse().expect("--port"),
         runs: get("runs", "5").parse().expect("--runs"),
     };
-    let only = get("only", "S1,S2,S3,S4,S2burst");
+    let only = get("only", "S1,S2,S3,S4,S2burst,PB");
     let want = |s: &str| only.split(',').any(|o| o == s);
     let scale: f64 = get("scale", "1").parse().expect("--scale");
     let sz = |n: usize| ((n as f64 * scale) as usize).max(10);
@@ -463,6 +551,9 @@ fn main() {
     }
     if want("S2") || want("S2burst") {
         s2_s3(&env, sz(10_000), sz(100_000), 1000, false, &mut out);
+    }
+    if want("PB") {
+        protobuf_rows(&env, sz(10_000), sz(100_000), &mut out);
     }
     if want("S4") {
         s4(&env, sz(50_000), &mut out);

@@ -2,7 +2,8 @@
 //! either FIFO mode (`--fifo delta|in-order`), managedFields kept, stripped by a transform
 //! (`--strip true`) or by the decode-time projection (`--project true`), either cache storage
 //! (`--cache decoded|compact`; the compact cache's decode count is reported as `decodes`);
-//! `--shard i/n` caches one shard (the replay server needs `--shards n`).
+//! `--shard i/n` caches one shard (the replay server needs `--shards n`); `--wire json|protobuf`
+//! picks the encoding (default: the crate's, protobuf for Pods).
 //! See `kube_informer_bench::measure::ClientArgs` for the options and `bench-runner` for the
 //! scenarios.
 
@@ -31,7 +32,10 @@ async fn main() {
         Some(path) => kubeconfig_client(path).await,
         None => kube_client(&args.addr),
     };
-    let lw = ApiListerWatcher::new(Api::<Pod>::all(client));
+    let mut lw = ApiListerWatcher::new(Api::<Pod>::all(client));
+    if let Some(wire) = args.wire {
+        lw = lw.wire_format(wire);
+    }
     let mut config = InformerConfig::default()
         .fifo_mode(args.fifo)
         .cache_storage(args.cache.clone());

@@ -18,6 +18,10 @@
 //! - `--shards n`: a list with `shardSelector=<ShardSelector::of(i, n)>` gets only the pods of
 //!   shard i (by uid), with `metadata.shardInfo`, as kube-apiserver with the
 //!   `ShardedListAndWatch` gate answers; other selectors get `400`. List A only (S1).
+//! - `--protobuf true`: every body is also pre-encoded in Kubernetes protobuf (with the crate's
+//!   encoder, over the schema of the Go types), and served to clients whose `Accept` prefers
+//!   `application/vnd.kubernetes.protobuf` (client-go's clientsets, kube-informer's default),
+//!   watch events as length-prefixed frames; others get JSON.
 //! - `GET /relist` switches to list B; `GET /reset` back to list A (the runner calls it before
 //!   each client run).
 //!
@@ -38,14 +42,22 @@ use tokio::{net::TcpListener, sync::watch};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
-struct Server {
+/// The bodies of one encoding.
+struct Bodies {
     list_a: Bytes,
-    /// List A of each shard (`--shards n`): the selector and its body.
-    shard_lists: Vec<(kube_informer::sharding::ShardSelector, Bytes)>,
     list_b: Bytes,
     /// All watch events back to back; event k is `events[offsets[k]..offsets[k + 1]]`.
     events: Bytes,
     offsets: Vec<usize>,
+    expired: Bytes,
+}
+
+struct Server {
+    json: Arc<Bodies>,
+    /// The protobuf bodies (`--protobuf true`).
+    protobuf: Option<Arc<Bodies>>,
+    /// List A of each shard (`--shards n`): the selector and its body.
+    shard_lists: Vec<(kube_informer::sharding::ShardSelector, Bytes)>,
     relist_mode: bool,
     /// Watch events per HTTP chunk (`--burst`, default 1).
     burst: usize,
@@ -55,6 +67,17 @@ struct Server {
     gate_watch: bool,
     started: watch::Sender<bool>,
     phase_b: watch::Sender<bool>,
+}
+
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// Whether `accept` lists protobuf before JSON (the first media range decides, as both clients
+/// send them in order of preference).
+fn prefers_protobuf(accept: &str) -> bool {
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|r| r.split(';').next().is_some_and(|m| m.trim() == PROTOBUF))
 }
 
 fn full(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
@@ -123,6 +146,14 @@ impl Server {
             _ => return full(StatusCode::NOT_FOUND, "{}"),
         }
         let is_watch = matches!(query_param(query, "watch"), Some("true" | "1"));
+        let accept = req
+            .headers()
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if let Some(pb) = self.protobuf.clone().filter(|_| prefers_protobuf(accept)) {
+            return self.serve(&pb, query, is_watch, true);
+        }
         if !is_watch && let Some(selector) = query_param(query, "shardSelector") {
             let asked = percent_decode(selector)
                 .parse::<kube_informer::sharding::ShardSelector>()
@@ -136,13 +167,34 @@ impl Server {
                 None => full(StatusCode::BAD_REQUEST, "{}"),
             };
         }
+        let json = self.json.clone();
+        self.serve(&json, query, is_watch, false)
+    }
+
+    /// A list or watch response from `bodies`.
+    fn serve(
+        self: &Arc<Self>,
+        bodies: &Arc<Bodies>,
+        query: &str,
+        is_watch: bool,
+        protobuf: bool,
+    ) -> Response<Body> {
+        let content_type = match (protobuf, is_watch) {
+            (false, _) => "application/json",
+            (true, false) => PROTOBUF,
+            (true, true) => "application/vnd.kubernetes.protobuf;stream=watch",
+        };
         if !is_watch {
             let body = if *self.phase_b.borrow() {
-                self.list_b.clone()
+                bodies.list_b.clone()
             } else {
-                self.list_a.clone()
+                bodies.list_a.clone()
             };
-            return full(StatusCode::OK, body);
+            return Response::builder()
+                .status(StatusCode::OK)
+                .header(http::header::CONTENT_TYPE, content_type)
+                .body(Full::new(body).map_err(|e| match e {}).boxed_unsync())
+                .expect("static response");
         }
         let rv: u64 = query_param(query, "resourceVersion")
             .and_then(|v| v.parse().ok())
@@ -151,19 +203,20 @@ impl Server {
             idle()
         } else if self.relist_mode {
             let mut phase = self.phase_b.subscribe();
+            let expired = bodies.expired.clone();
             futures::stream::once(async move {
                 let _ = phase.wait_for(|b| *b).await;
-                Ok(Frame::data(Bytes::from(expired_event())))
+                Ok(Frame::data(expired))
             })
             .boxed()
         } else {
             let first = rv.saturating_sub(LIST_RV) as usize;
-            let me = self.clone();
-            let n = self.offsets.len().saturating_sub(1);
+            let b = bodies.clone();
+            let n = bodies.offsets.len().saturating_sub(1);
             let burst = self.burst;
             let events = futures::stream::iter((first.min(n)..n).step_by(burst).map(move |k| {
                 let end = (k + burst).min(n);
-                Ok(Frame::data(me.events.slice(me.offsets[k]..me.offsets[end])))
+                Ok(Frame::data(b.events.slice(b.offsets[k]..b.offsets[end])))
             }));
             if self.gate_watch {
                 let mut started = self.started.subscribe();
@@ -179,9 +232,41 @@ impl Server {
             }
         };
         Response::builder()
-            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::CONTENT_TYPE, content_type)
             .body(StreamBody::new(stream).boxed_unsync())
             .expect("static response")
+    }
+}
+
+/// `bodies` in protobuf: each list and event decoded from its JSON and encoded again.
+fn protobuf_bodies(json: &Bodies) -> Bodies {
+    use kube_informer::protobuf::encode;
+    let list = |body: &Bytes| -> Bytes {
+        let v: serde_json::Value = serde_json::from_slice(body).expect("the fixture list");
+        let items: Vec<&serde_json::Value> =
+            v["items"].as_array().expect("items").iter().collect();
+        encode::encode_list("v1", "PodList", &v["metadata"], &items)
+            .expect("the fixture encodes")
+            .into()
+    };
+    let event = |line: &[u8]| -> Vec<u8> {
+        let v: serde_json::Value = serde_json::from_slice(line).expect("a fixture event");
+        let ty = v["type"].as_str().expect("type");
+        let (api_version, kind) = if ty == "ERROR" { ("v1", "Status") } else { ("v1", "Pod") };
+        encode::encode_watch_event(ty, api_version, kind, &v["object"]).expect("the event encodes")
+    };
+    let mut events = Vec::new();
+    let mut offsets = vec![0];
+    for w in json.offsets.windows(2) {
+        events.extend(event(&json.events[w[0]..w[1]]));
+        offsets.push(events.len());
+    }
+    Bodies {
+        list_a: list(&json.list_a),
+        list_b: list(&json.list_b),
+        events: events.into(),
+        offsets,
+        expired: event(&json.expired).into(),
     }
 }
 
@@ -230,12 +315,18 @@ fn main() {
         buf.extend_from_slice(&event_line("MODIFIED", &obj));
         offsets.push(buf.len());
     }
-    let server = Arc::new(Server {
+    let json = Bodies {
         list_a,
-        shard_lists,
         list_b,
         events: Bytes::from(buf),
         offsets,
+        expired: Bytes::from(expired_event()),
+    };
+    let protobuf = (get("protobuf", "false") == "true").then(|| Arc::new(protobuf_bodies(&json)));
+    let server = Arc::new(Server {
+        json: Arc::new(json),
+        protobuf,
+        shard_lists,
         relist_mode,
         burst,
         gate_watch,
@@ -244,9 +335,16 @@ fn main() {
     });
     eprintln!(
         "replay-server: {pods} pods, list {} bytes, {events} events {} bytes",
-        server.list_a.len(),
-        server.events.len()
+        server.json.list_a.len(),
+        server.json.events.len()
     );
+    if let Some(pb) = &server.protobuf {
+        eprintln!(
+            "replay-server: protobuf list {} bytes, events {} bytes",
+            pb.list_a.len(),
+            pb.events.len()
+        );
+    }
 
     // One thread: the server only copies pre-encoded bytes, and the clients get the other core.
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -5,6 +5,10 @@
 //! cargo run --release --bin s6-reads -- [pods=50000] [samples=20000] [managed=1]
 //! ```
 //!
+//! client-go's side: `s6-reads dump /tmp/pods.jsonl [pods] [managed]` writes the same Pods,
+//! and `cd bench/client-go && go run ./s6 -pods /tmp/pods.jsonl` measures its indexer and
+//! lister the same way.
+//!
 //! - **heap per Pod**: a counting global allocator measures the bytes the indexer holds once
 //!   every Pod is stored and nothing else holds any (live bytes after − before, ÷ N);
 //! - **get by key**, one `get_by_key` timed at a time, p50/p99: *cold* is a random key of all N
@@ -205,7 +209,33 @@ fn run(mode: &str, storage: CacheStorage, pods: usize, samples: usize, managed: 
     drop(store);
 }
 
+/// `s6-reads dump <path> [pods] [managed]`: the same Pods as JSON lines, for client-go's S6
+/// (`bench/client-go/s6`).
+fn dump(path: &str, pods: usize, managed: bool) {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("create the dump"));
+    for i in 0..pods {
+        let mut v = pod_json(7, i, &(1000 + i).to_string());
+        if !managed {
+            v["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("managedFields");
+        }
+        serde_json::to_writer(&mut out, &v).unwrap();
+        out.write_all(b"\n").unwrap();
+    }
+    out.flush().unwrap();
+}
+
 fn main() {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if raw.first().map(String::as_str) == Some("dump") {
+        let path = raw.get(1).expect("s6-reads dump <path> [pods] [managed]");
+        let pods = raw.get(2).map_or(50_000, |n| n.parse().expect("pods"));
+        let managed = raw.get(3).is_none_or(|m| m != "0");
+        return dump(path, pods, managed);
+    }
     let args: Vec<usize> = std::env::args()
         .skip(1)
         .map(|a| a.parse().expect("numeric argument"))

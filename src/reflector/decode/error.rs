@@ -29,7 +29,7 @@ pub struct UndecodableObject {
 
 /// The parts of an object that identify it, read leniently.
 #[derive(Deserialize, Default)]
-pub(super) struct PeekObject {
+pub(crate) struct PeekObject {
     #[serde(default)]
     metadata: PeekMeta,
 }
@@ -54,7 +54,7 @@ pub(super) struct PeekEvent {
 }
 
 impl PeekObject {
-    pub(super) fn into_undecodable(
+    pub(crate) fn into_undecodable(
         self,
         event_type: String,
         error: DecodeError,
@@ -87,15 +87,55 @@ impl PeekObject {
 /// names the body offset of the failing value ([`DecodeError::body_offset`]), and serde's line
 /// and column count from there. Errors in the list's own shape (a missing `,`, trailing bytes)
 /// are fixed messages, which serde classifies as data errors.
+///
+/// A protobuf body ([`crate::protobuf`]) fails the same way: its wire errors are fixed
+/// messages, its data errors are redacted as serde_json's are, and
+/// [`DecodeError::protobuf_kind`] tells which class of protobuf error it is.
 #[derive(thiserror::Error)]
-#[error("cannot decode {what}{}: {}", at_offset(*.offset), redacted(.error))]
+#[error("cannot decode {what}{}: {}", at_offset(*.offset), .error.redacted())]
 pub struct DecodeError {
-    pub(super) what: &'static str,
+    pub(crate) what: &'static str,
     // Not named `source`: thiserror would make it one.
-    pub(super) error: serde_json::Error,
+    pub(crate) error: Cause,
     /// Where in a list body the failing value (or token) starts: a list is decoded value by
     /// value, so serde's line and column count from there.
-    pub(super) offset: Option<u64>,
+    pub(crate) offset: Option<u64>,
+}
+
+/// What a [`DecodeError`] holds: the error of the format's decoder.
+pub(crate) enum Cause {
+    Json(serde_json::Error),
+    Protobuf(crate::protobuf::Error),
+}
+
+impl From<serde_json::Error> for Cause {
+    fn from(e: serde_json::Error) -> Self {
+        Cause::Json(e)
+    }
+}
+
+impl From<crate::protobuf::Error> for Cause {
+    fn from(e: crate::protobuf::Error) -> Self {
+        Cause::Protobuf(e)
+    }
+}
+
+impl Cause {
+    fn redacted(&self) -> String {
+        match self {
+            Cause::Json(e) => redacted(e),
+            Cause::Protobuf(e) => e.redacted(),
+        }
+    }
+
+    /// Whether the bytes are well-formed and only their values do not fit the type.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn is_data(&self) -> bool {
+        match self {
+            Cause::Json(e) => e.is_data(),
+            Cause::Protobuf(e) => e.is_data(),
+        }
+    }
 }
 
 fn at_offset(offset: Option<u64>) -> String {
@@ -106,7 +146,7 @@ impl fmt::Debug for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DecodeError")
             .field("what", &self.what)
-            .field("error", &redacted(&self.error))
+            .field("error", &self.error.redacted())
             .field("offset", &self.offset)
             .finish()
     }
@@ -115,8 +155,20 @@ impl fmt::Debug for DecodeError {
 impl DecodeError {
     /// The serde error, unredacted: its message may quote the offending value (for a Secret, its
     /// data), so keep it out of logs that must not carry object contents.
-    pub fn unredacted(&self) -> &serde_json::Error {
-        &self.error
+    /// The decoder's error is serde_json's for JSON and [`crate::protobuf::Error`] for protobuf.
+    pub fn unredacted(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        match &self.error {
+            Cause::Json(e) => e,
+            Cause::Protobuf(e) => e,
+        }
+    }
+
+    /// For a protobuf body: the class of the error (`None` for JSON).
+    pub fn protobuf_kind(&self) -> Option<crate::protobuf::ErrorKind> {
+        match &self.error {
+            Cause::Json(_) => None,
+            Cause::Protobuf(e) => Some(e.kind()),
+        }
     }
 
     /// For a list body: the byte offset in the body of the value (or token) that failed to
@@ -137,7 +189,7 @@ const KNOWN_DATA_MESSAGES: &[&str] = &[
 ];
 
 /// `e`'s message with nothing of the input in it (see [`DecodeError`]).
-pub(super) fn redacted(e: &serde_json::Error) -> String {
+pub(crate) fn redacted(e: &serde_json::Error) -> String {
     let full = e.to_string();
     if !e.is_data() || STRUCTURE_MESSAGES.contains(&full.as_str()) {
         // Syntax, EOF and I/O messages are fixed texts plus a position; so are the list
@@ -149,9 +201,15 @@ pub(super) fn redacted(e: &serde_json::Error) -> String {
         line => format!(" at line {line} column {}", e.column()),
     };
     let msg = full.strip_suffix(&position).unwrap_or(&full);
+    redact_data_message(msg, &position)
+}
+
+/// A data error's message `msg` (serde's, without its position) with nothing of the input in
+/// it, then `position`.
+pub(crate) fn redact_data_message(msg: &str, position: &str) -> String {
     // Field names in these come from the Rust type, not from the input.
     if msg.starts_with("missing field `") || msg.starts_with("duplicate field `") {
-        return full;
+        return format!("{msg}{position}");
     }
     if !KNOWN_DATA_MESSAGES.iter().any(|p| msg.starts_with(p)) {
         return format!("invalid data{position} (details withheld: they may quote the object)");
@@ -179,6 +237,6 @@ pub(super) fn redacted(e: &serde_json::Error) -> String {
             Some(_) => {}
         }
     }
-    out.push_str(&position);
+    out.push_str(position);
     out
 }

@@ -44,11 +44,18 @@ impl<K> ListPage<K> {
 
 /// A list's `metadata` as sent: k8s-openapi's `ListMeta` and the newer `shardInfo`.
 #[derive(Deserialize)]
-struct WireListMeta {
+pub(crate) struct WireListMeta {
     #[serde(flatten)]
     meta: ListMeta,
     #[serde(rename = "shardInfo", default)]
     shard_info: Option<WireShardInfo>,
+}
+
+impl WireListMeta {
+    /// k8s-openapi's `ListMeta` and the shard selector.
+    pub(crate) fn into_parts(self) -> (ListMeta, Option<String>) {
+        (self.meta, self.shard_info.map(|i| i.selector))
+    }
 }
 
 #[derive(Deserialize)]
@@ -148,7 +155,7 @@ fn structure_error(message: &'static str, offset: u64) -> DecodeError {
     debug_assert!(STRUCTURE_MESSAGES.contains(&message));
     DecodeError {
         what: "list",
-        error: de::Error::custom(message),
+        error: super::error::Cause::Json(de::Error::custom(message)),
         offset: Some(offset),
     }
 }
@@ -557,7 +564,7 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
             .transpose()
             .map_err(|error| DecodeError {
                 what,
-                error,
+                error: error.into(),
                 offset: Some(at),
             })
     }
@@ -591,7 +598,7 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
             Some(Err(error)) => {
                 return Err(DecodeError {
                     what: "list",
-                    error,
+                    error: error.into(),
                     offset: Some(at),
                 });
             }
@@ -604,7 +611,7 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
             String::new(),
             DecodeError {
                 what: "list item",
-                error,
+                error: error.into(),
                 offset: Some(at),
             },
         ));

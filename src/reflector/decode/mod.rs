@@ -19,11 +19,13 @@ mod list;
 mod projection;
 mod watch;
 
+pub(crate) use error::{Cause, PeekObject, redact_data_message, redacted as redacted_json};
 pub use error::{DecodeError, UndecodableObject};
 pub use framer::LineFramer;
+pub(crate) use list::WireListMeta;
 pub use list::{LIST_DECODER_MARGIN, ListDecoder, ListPage, decode_list, decode_list_map};
 pub use projection::{Projection, ProjectionError};
-pub(crate) use watch::undecodable_event;
+pub(crate) use watch::{EventType, undecodable_event};
 pub use watch::{
     INITIAL_EVENTS_END_ANNOTATION, WatchEvent, decode_watch_event, decode_watch_event_projected,
 };

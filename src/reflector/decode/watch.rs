@@ -36,9 +36,9 @@ pub enum WatchEvent<K> {
     Error(Box<Status>),
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "UPPERCASE")]
-enum EventType {
+pub(crate) enum EventType {
     Added,
     Modified,
     Deleted,
@@ -61,10 +61,24 @@ struct BookmarkMeta {
     annotations: Option<std::collections::BTreeMap<String, String>>,
 }
 
+impl EventType {
+    /// The type a watch event's `type` names.
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "ADDED" => EventType::Added,
+            "MODIFIED" => EventType::Modified,
+            "DELETED" => EventType::Deleted,
+            "BOOKMARK" => EventType::Bookmark,
+            "ERROR" => EventType::Error,
+            _ => return None,
+        })
+    }
+}
+
 impl<K: DeserializeOwned> WatchEvent<K> {
     /// The event of type `ty` whose object is `obj`; only an object (not a bookmark, whose
     /// annotations end a streaming list, nor a status) goes through the projection.
-    fn from_parts<'de, D: Deserializer<'de>>(
+    pub(crate) fn from_parts<'de, D: Deserializer<'de>>(
         ty: EventType,
         obj: D,
         projection: &Projection,
@@ -226,7 +240,7 @@ pub fn decode_watch_event_projected<K: DeserializeOwned>(
         .and_then(|ev| de.end().map(|()| ev))
         .map_err(|error| DecodeError {
             what: "watch event",
-            error,
+            error: error.into(),
             offset: None,
         })
 }

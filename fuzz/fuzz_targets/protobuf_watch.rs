@@ -1,0 +1,4 @@
+//! Protobuf watch decoding; see `kube_informer_fuzz::protobuf_watch` for the invariants.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kube_informer_fuzz::protobuf_watch(data));
