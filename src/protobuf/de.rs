@@ -159,8 +159,10 @@ struct Frame<'de> {
     reader: Reader<'de>,
     message: &'static Message,
     /// Indexes (below 128) in `message.fields` of the repeated fields already presented, so a
-    /// second run of one is an error rather than an overwrite.
-    seen: u128,
+    /// second run of one is an error rather than an overwrite. Two `u64` halves rather than a
+    /// `u128`: a `u128` would align every frame (and `MessageAccess`, built per nested message)
+    /// to 16 bytes and pad it.
+    seen: [u64; 2],
 }
 
 /// A message's fields as a map.
@@ -190,7 +192,7 @@ impl<'de> MessageAccess<'de> {
         let frame = Frame {
             reader: Reader::new(data),
             message,
-            seen: 0,
+            seen: [0; 2],
         };
         Self {
             ctx,
@@ -238,7 +240,7 @@ impl<'de> MessageAccess<'de> {
                 self.frames[next] = Frame {
                     reader: Reader::new(bytes),
                     message: ctx.schema.message(id),
-                    seen: 0,
+                    seen: [0; 2],
                 };
                 self.top = next;
                 continue;
@@ -255,16 +257,16 @@ impl<'de> MessageAccess<'de> {
                     Value::Single(ctx, field.ty, raw)
                 }
                 Card::Repeated | Card::Map(_) => {
-                    if index < 128 {
-                        let bit = 1u128 << index;
-                        if frame.seen & bit != 0 {
+                    if let Some(word) = frame.seen.get_mut(index / 64) {
+                        let bit = 1u64 << (index % 64);
+                        if *word & bit != 0 {
                             return Err(Error::at_field(
                                 ErrorKind::NonContiguous,
                                 message.name,
                                 number,
                             ));
                         }
-                        frame.seen |= bit;
+                        *word |= bit;
                     }
                     // The run of consecutive occurrences, validated as its elements are read.
                     frame.reader.value(wire)?;

@@ -79,13 +79,18 @@ impl Writer<'_> {
         }
     }
 
-    /// `v` (not negative) in exactly `width` decimal digits.
-    fn digits(&mut self, v: i64, width: u32) {
-        let mut div = 10i64.pow(width - 1);
-        while div > 0 {
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            self.byte(b'0' + (v / div % 10) as u8);
-            div /= 10;
+    /// `v` (not negative) in exactly `width` decimal digits: written from the last digit back,
+    /// one division by the constant 10 per digit rather than a power of ten per digit.
+    fn digits(&mut self, mut v: i64, width: usize) {
+        let end = self.len + width;
+        if let Some(slots) = self.buf.get_mut(self.len..end) {
+            for slot in slots.iter_mut().rev() {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let digit = (v % 10) as u8;
+                *slot = b'0' + digit;
+                v /= 10;
+            }
+            self.len = end;
         }
     }
 }

@@ -86,6 +86,7 @@ fn peek_long_varint(data: &[u8]) -> Result<Option<(u64, usize)>, Error> {
 ///
 /// [`ErrorKind::BadTag`] for field number 0, one past `u32`, or a wire type that is not 0, 1, 2
 /// or 5 (groups, 3 and 4, are not used by Kubernetes).
+#[inline]
 pub(crate) fn split_tag(tag: u64) -> Result<(u32, WireType), Error> {
     let number = u32::try_from(tag >> 3)
         .ok()
@@ -108,15 +109,18 @@ pub(crate) struct Reader<'de> {
 }
 
 impl<'de> Reader<'de> {
+    #[inline]
     pub(crate) fn new(data: &'de [u8]) -> Self {
         Self { data }
     }
 
     /// The bytes not read yet.
+    #[inline]
     pub(crate) fn rest(&self) -> &'de [u8] {
         self.data
     }
 
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
@@ -134,6 +138,7 @@ impl<'de> Reader<'de> {
     }
 
     /// Reads `n` bytes.
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'de [u8], Error> {
         if n > self.data.len() {
             return Err(Error::new(ErrorKind::Truncated));
@@ -148,6 +153,7 @@ impl<'de> Reader<'de> {
     /// # Errors
     ///
     /// [`ErrorKind::LengthPastInput`] when the length claims more than what is left.
+    #[inline]
     pub(crate) fn len_delimited(&mut self) -> Result<&'de [u8], Error> {
         let len = self.varint()?;
         match usize::try_from(len) {
@@ -157,11 +163,13 @@ impl<'de> Reader<'de> {
     }
 
     /// Reads a tag: the field number and wire type.
+    #[inline]
     pub(crate) fn tag(&mut self) -> Result<(u32, WireType), Error> {
         split_tag(self.varint()?)
     }
 
     /// Reads a value of wire type `wire`.
+    #[inline]
     pub(crate) fn value(&mut self, wire: WireType) -> Result<Raw<'de>, Error> {
         Ok(match wire {
             WireType::Varint => Raw::Varint(self.varint()?),
@@ -172,6 +180,7 @@ impl<'de> Reader<'de> {
     }
 
     /// Reads the next field: its number and value; `None` at the end of the message.
+    #[inline]
     pub(crate) fn field(&mut self) -> Result<Option<(u32, Raw<'de>)>, Error> {
         if self.data.is_empty() {
             return Ok(None);
@@ -182,6 +191,7 @@ impl<'de> Reader<'de> {
 
     /// The number of the next field, without reading it; `None` at the end or on a bad tag
     /// (which reading it reports).
+    #[inline]
     pub(crate) fn peek_number(&self) -> Option<u32> {
         match self.data.first() {
             None => None,
@@ -194,6 +204,7 @@ impl<'de> Reader<'de> {
     }
 }
 
+#[inline]
 fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
     let mut out = [0; N];
     out.copy_from_slice(bytes);
