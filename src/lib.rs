@@ -202,8 +202,8 @@ pub use selector::{SelectorArg, parse_label_selector};
 pub use store::CompactConfig;
 pub use store::{
     Cache, CacheStats, CacheStorage, IndexError, IndexFn, Indexer, Indexers, KeyError, KeySource,
-    NAMESPACE_INDEX, ObjectKey, StorageError, StoreOp, index_fn, key_of, namespace_index_fn,
-    split_key,
+    NAMESPACE_INDEX, ObjectKey, Packed, StorageError, StoreOp, index_fn, key_of,
+    namespace_index_fn, split_key,
 };
 pub use transform::{MetaTransformFn, strip_managed_fields, strip_managed_fields_transform};
 pub use workqueue::{

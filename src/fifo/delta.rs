@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::store::ObjectKey;
+use crate::store::{ObjectKey, Packed};
 
 /// The kind of change a [`Delta`] records (client-go's `DeltaType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,16 +97,54 @@ impl<K> Clone for Delta<K> {
 /// The changes queued for one key, oldest first (client-go's `Deltas`).
 pub type Deltas<K> = Vec<Delta<K>>;
 
+/// A delta as a FIFO holds it while queued: decoded, or (a listed or resynced object, when the
+/// cache keeps objects in a form of its own) [`Packed`], decoded when the FIFO hands it out.
+pub(super) enum Held<K> {
+    Delta(Delta<K>),
+    Packed(DeltaType, Packed),
+}
+
+/// What [`dedup_trailing_deletes`] needs of a delta.
+pub(super) trait DeltaKind {
+    fn kind(&self) -> DeltaType;
+    fn is_tombstone(&self) -> bool;
+}
+
+impl<K> DeltaKind for Delta<K> {
+    fn kind(&self) -> DeltaType {
+        self.kind
+    }
+
+    fn is_tombstone(&self) -> bool {
+        self.object.is_tombstone()
+    }
+}
+
+impl<K> DeltaKind for Held<K> {
+    fn kind(&self) -> DeltaType {
+        match self {
+            Self::Delta(d) => d.kind,
+            Self::Packed(kind, _) => *kind,
+        }
+    }
+
+    fn is_tombstone(&self) -> bool {
+        matches!(self, Self::Delta(d) if d.object.is_tombstone())
+    }
+}
+
 /// Collapses two trailing deletions into one (client-go `dedupDeltas` / `isDeletionDup`): the
 /// older one is kept because it carries the real final state, unless the older one is a tombstone,
 /// whose object may be stale.
-pub(super) fn dedup_trailing_deletes<K>(deltas: &mut Deltas<K>) {
+pub(super) fn dedup_trailing_deletes<D: DeltaKind>(deltas: &mut Vec<D>) {
     let n = deltas.len();
-    if n < 2 || deltas[n - 1].kind != DeltaType::Deleted || deltas[n - 2].kind != DeltaType::Deleted
+    if n < 2
+        || deltas[n - 1].kind() != DeltaType::Deleted
+        || deltas[n - 2].kind() != DeltaType::Deleted
     {
         return;
     }
-    if deltas[n - 2].object.is_tombstone() {
+    if deltas[n - 2].is_tombstone() {
         deltas.swap_remove(n - 2);
     } else {
         deltas.pop();
@@ -122,4 +160,8 @@ pub enum ListItem<K> {
     /// An object ready to queue as it is: transformed already, or the cached object itself when
     /// the listed version is the one cached (same resourceVersion).
     Ready(Arc<K>),
+    /// An object transformed and packed by the cache's storage (`CacheStorage::Compact`), or a
+    /// reference to the version cached: held so until the FIFO hands it out, so that a list of
+    /// N objects is never N decoded objects at once.
+    Packed(Packed),
 }

@@ -346,6 +346,10 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
                     let key = key_of(&*obj)?;
                     transform_object(self.transform.as_ref(), &key, *obj)
                 }
+                // Only a DeltaFifo that packs makes these, for itself.
+                ListItem::Packed(packed) => Err(FifoError::Packed {
+                    key: packed.key().clone(),
+                }),
             })
             .collect::<Result<Vec<_>, FifoError>>()?;
         {

@@ -12,13 +12,13 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
 
 use super::delta::{
-    DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, ListItem,
+    DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, Held, ListItem,
     dedup_trailing_deletes,
 };
 use crate::{
     panic_message,
     reflector::ReflectorStore,
-    store::{Indexer, KeyError, ObjectKey, key_of},
+    store::{Indexer, KeyError, ObjectKey, Packed, key_of},
 };
 
 /// The objects the consumer of a [`DeltaFifo`] already knows (client-go's `KeyListerGetter`):
@@ -98,6 +98,13 @@ pub enum FifoError {
     /// An object has no valid key; the FIFO is unchanged.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// A [`ListItem::Packed`] (made by a [`DeltaFifo`] that packs listed objects for its cache)
+    /// was handed to a FIFO that does not hold packed objects; nothing was queued.
+    #[error("list item {key} is packed for another FIFO's cache")]
+    Packed {
+        /// The object's key.
+        key: ObjectKey,
+    },
     /// The transform panicked on the object with this key; the object was left out (and a
     /// cached version of it tombstoned).
     #[error("transform panicked on {key} (resourceVersion {resource_version}): {panic}")]
@@ -109,6 +116,12 @@ pub enum FifoError {
         /// The panic's message.
         panic: String,
     },
+}
+
+/// A held delta, taken out of the queue or looked at.
+enum HeldRef<'a, K> {
+    Owned(Held<K>),
+    Borrowed(&'a Held<K>),
 }
 
 /// The queue between a reflector (producer) and an informer (consumer), with client-go's
@@ -141,11 +154,14 @@ pub struct DeltaFifo<K> {
     synced: watch::Sender<bool>,
     known: Option<Arc<dyn KnownObjects<K>>>,
     transform: Option<TransformFn<K>>,
+    /// The cache that packs listed and resynced objects while they are queued
+    /// ([`with_packing`](DeltaFifo::with_packing)).
+    packer: Option<Indexer<K>>,
 }
 
 struct State<K> {
     /// Invariant: a key is in `items` (with at least one delta) iff it is in `queue`.
-    items: HashMap<ObjectKey, Deltas<K>>,
+    items: HashMap<ObjectKey, Vec<Held<K>>>,
     queue: VecDeque<ObjectKey>,
     /// Set by the first add/update/delete/replace (client-go `populated`).
     populated: bool,
@@ -163,7 +179,11 @@ impl<K> State<K> {
     /// Appends a delta to `key`'s list (client-go `queueActionInternalLocked`), queueing the key
     /// if it had none. Returns whether the key was newly queued.
     fn queue_action(&mut self, key: ObjectKey, kind: DeltaType, object: DeltaObject<K>) -> bool {
-        let delta = Delta { kind, object };
+        self.queue_held(key, Held::Delta(Delta { kind, object }))
+    }
+
+    /// [`queue_action`](Self::queue_action) for a delta as held.
+    fn queue_held(&mut self, key: ObjectKey, delta: Held<K>) -> bool {
         match self.items.entry(key) {
             Entry::Occupied(mut entry) => {
                 let deltas = entry.get_mut();
@@ -212,7 +232,70 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             synced: watch::channel(false).0,
             known,
             transform: None,
+            packer: None,
         }
+    }
+
+    /// Holds listed objects (after the transform) and resync deltas packed by `cache` while they
+    /// are queued, and decodes each as it is popped: in `CacheStorage::Compact` mode a cold
+    /// list of N objects is then N compressed objects, not N decoded ones, and the cache keeps
+    /// the bytes packed here. `cache` must be the store the popped deltas are applied to (the
+    /// informer's); a store that keeps objects decoded packs nothing, and the FIFO works as
+    /// without this.
+    #[must_use]
+    pub(crate) fn with_packing(mut self, cache: Indexer<K>) -> Self {
+        self.packer = cache.packs().then_some(cache);
+        self
+    }
+
+    /// The object a held delta carries, decoded if packed (and left queued); `None`, logged, if
+    /// it does not decode.
+    fn held_object(&self, held: &Held<K>) -> Option<Arc<K>> {
+        match held {
+            Held::Delta(d) => Some(Arc::clone(d.object.object())),
+            Held::Packed(_, packed) => self.peek(packed),
+        }
+    }
+
+    fn peek(&self, packed: &Packed) -> Option<Arc<K>> {
+        let cache = self.packer.as_ref()?;
+        cache
+            .peek(packed)
+            .map_err(|e| tracing::error!(error = %e, "queued object unreadable"))
+            .ok()
+    }
+
+    /// Held deltas as handed out: packed ones decoded (and their bytes passed to the cache, for
+    /// `take`), or copies (for a look at the queue). One that does not decode is logged and left
+    /// out: it cannot happen unless memory is corrupted, since the cache packed it itself.
+    fn deltas_of<'a>(&self, held: impl IntoIterator<Item = HeldRef<'a, K>>) -> Deltas<K>
+    where
+        K: 'a,
+    {
+        held.into_iter()
+            .filter_map(|h| match h {
+                HeldRef::Owned(Held::Delta(d)) => Some(d),
+                HeldRef::Borrowed(Held::Delta(d)) => Some(d.clone()),
+                HeldRef::Owned(Held::Packed(kind, packed)) => {
+                    let cache = self.packer.as_ref()?;
+                    let key = packed.key().clone();
+                    match cache.unpack(packed) {
+                        Ok(obj) => Some(Delta {
+                            kind,
+                            object: DeltaObject::Object(obj),
+                        }),
+                        Err(e) => {
+                            tracing::error!(key = %key, error = %e, "queued object unreadable; its delta is dropped");
+                            None
+                        }
+                    }
+                }
+                HeldRef::Borrowed(Held::Packed(kind, packed)) => Some(Delta {
+                    kind: *kind,
+                    object: DeltaObject::Object(self.peek(packed)?),
+                }),
+            })
+            .collect()
     }
 
     /// Publishes `has_synced` once it turns true; call with the state lock held, after a change.
@@ -333,11 +416,23 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     /// transform panics.
     pub fn prepare_list_item(&self, obj: K) -> Result<ListItem<K>, FifoError> {
         let key = key_of(&obj)?;
-        if let Some(rv) = obj
+        let rv = obj
             .meta()
             .resource_version
             .as_deref()
-            .filter(|rv| !rv.is_empty())
+            .filter(|rv| !rv.is_empty());
+        if let Some(cache) = &self.packer {
+            // Compared without decoding the cached object, which stays packed until popped.
+            if rv.is_some() && cache.resource_version_of(key.as_str()).as_deref() == rv {
+                return Ok(ListItem::Packed(Packed::cached(key)));
+            }
+            let obj = self.transformed(&key, obj)?;
+            return Ok(match cache.pack(&key, &obj) {
+                Some(packed) => ListItem::Packed(packed),
+                None => ListItem::Ready(obj),
+            });
+        }
+        if let Some(rv) = rv
             && let Some(cached) = self.known.as_ref().and_then(|k| k.get_by_key(&key))
             && cached.meta().resource_version.as_deref() == Some(rv)
         {
@@ -357,7 +452,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                 .items
                 .get(key)
                 .and_then(|deltas| deltas.last())
-                .map(|d| Arc::clone(d.object.object()));
+                .and_then(|d| self.held_object(d));
             let queued =
                 match newest.or_else(|| self.known.as_ref().and_then(|k| k.get_by_key(key))) {
                     Some(obj) => {
@@ -417,24 +512,33 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             .map(|item| match item {
                 ListItem::Decoded(obj) => key_of(obj),
                 ListItem::Ready(obj) => key_of(obj),
+                ListItem::Packed(packed) => Ok(packed.key().clone()),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let objs: Vec<Arc<K>> = list
+        let objs: Vec<Held<K>> = list
             .into_iter()
             .zip(&keys)
-            .map(|(item, key)| match item {
-                ListItem::Decoded(obj) => self.transformed(key, *obj),
-                ListItem::Ready(obj) => Ok(obj),
+            .map(|(item, key)| {
+                let obj = match item {
+                    ListItem::Decoded(obj) => self.transformed(key, *obj)?,
+                    ListItem::Ready(obj) => obj,
+                    ListItem::Packed(packed) => {
+                        return Ok(Held::Packed(DeltaType::Replaced, packed));
+                    }
+                };
+                Ok(Held::Delta(Delta {
+                    kind: DeltaType::Replaced,
+                    object: DeltaObject::Object(obj),
+                }))
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, FifoError>>()?;
         let mut listed: HashSet<ObjectKey> = HashSet::with_capacity(keys.len());
         let mut newly_queued = false;
         {
             let mut state = self.state.lock();
             for (key, obj) in keys.into_iter().zip(objs) {
                 listed.insert(key.clone());
-                newly_queued |=
-                    state.queue_action(key, DeltaType::Replaced, DeltaObject::Object(obj));
+                newly_queued |= state.queue_held(key, obj);
             }
 
             // Deletions the watch missed, among keys still queued. These keys are queued already,
@@ -444,17 +548,17 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                 if listed.contains(key) {
                     continue;
                 }
-                let Some(newest) = deltas.last() else {
+                let Some(obj) = deltas.last().and_then(|newest| self.held_object(newest)) else {
                     continue;
                 };
                 let tombstone = DeletedFinalStateUnknown {
                     key: key.clone(),
-                    obj: Arc::clone(newest.object.object()),
+                    obj,
                 };
-                deltas.push(Delta {
+                deltas.push(Held::Delta(Delta {
                     kind: DeltaType::Deleted,
                     object: DeltaObject::DeletedFinalStateUnknown(tombstone),
-                });
+                }));
                 dedup_trailing_deletes(deltas);
                 queued_deletions += 1;
             }
@@ -462,11 +566,24 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             // Deletions the watch missed, among objects the consumer holds and nothing is queued for.
             if let Some(known) = &self.known {
                 let mut missing: Vec<(ObjectKey, Arc<K>)> = Vec::new();
-                known.for_each_known(&mut |key, obj| {
-                    if !listed.contains(key) && !state.items.contains_key(key) {
-                        missing.push((key.clone(), Arc::clone(obj)));
+                let gone =
+                    |key: &ObjectKey| !listed.contains(key) && !state.items.contains_key(key);
+                if self.packer.is_some() {
+                    // Only the missing ones decoded, not the whole cache.
+                    for key in known.list_keys() {
+                        if gone(&key)
+                            && let Some(obj) = known.get_by_key(&key)
+                        {
+                            missing.push((key, obj));
+                        }
                     }
-                });
+                } else {
+                    known.for_each_known(&mut |key, obj| {
+                        if gone(key) {
+                            missing.push((key.clone(), Arc::clone(obj)));
+                        }
+                    });
+                }
                 // Sorted so the queue order is reproducible (client-go's follows Go's map order).
                 missing.sort_unstable_by(|a, b| a.0.cmp(&b.0));
                 queued_deletions += missing.len();
@@ -507,7 +624,16 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             return Ok(());
         };
         let mut newly_queued = false;
-        {
+        if self.packer.is_some() {
+            // Queued as references to the cache, decoded one at a time as they are popped.
+            let mut state = self.state.lock();
+            for key in known.list_keys() {
+                if !state.items.contains_key(&key) {
+                    let packed = Packed::cached(key.clone());
+                    newly_queued |= state.queue_held(key, Held::Packed(DeltaType::Sync, packed));
+                }
+            }
+        } else {
             let mut state = self.state.lock();
             known.for_each_known(&mut |key, obj| {
                 if !state.items.contains_key(key) {
@@ -558,9 +684,10 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                     state.initial_population_count =
                         state.initial_population_count.saturating_sub(1);
                     // The invariant makes a miss impossible; skipping beats panicking.
-                    let Some(deltas) = state.items.remove(&key) else {
+                    let Some(held) = state.items.remove(&key) else {
                         continue;
                     };
+                    let deltas = self.deltas_of(held.into_iter().map(HeldRef::Owned));
                     let out = process(deltas, is_in_initial_list);
                     self.note_synced(&state);
                     return Ok(out);
@@ -601,7 +728,9 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
 
     /// A copy of the deltas queued for `key` (cheap: the objects are shared).
     pub fn get_by_key(&self, key: &str) -> Option<Deltas<K>> {
-        self.state.lock().items.get(key).cloned()
+        let state = self.state.lock();
+        let held = state.items.get(key)?;
+        Some(self.deltas_of(held.iter().map(HeldRef::Borrowed)))
     }
 
     /// The resource version passed to the last [`replace`](Self::replace).
@@ -1159,5 +1288,205 @@ mod transform_panic_tests {
         tokio::time::timeout(std::time::Duration::from_secs(1), empty.wait_synced())
             .await
             .expect("wait_synced likely deadlocked");
+    }
+}
+
+/// A FIFO that packs listed objects for a compact cache (issue #12 part 4).
+#[cfg(all(test, feature = "compact"))]
+mod packing_tests {
+    use super::*;
+    use crate::{CacheStats, CacheStorage, CompactConfig};
+    use futures::FutureExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(name: &str, rv: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                labels: Some([("app".to_owned(), name.to_owned())].into()),
+                ..Default::default()
+            },
+            data: Some([("body".to_owned(), format!("{name} at {rv} ").repeat(40))].into()),
+            ..Default::default()
+        }
+    }
+
+    /// A FIFO packing for a compact cache that keeps nothing decoded, and that cache.
+    fn packing_fifo() -> (DeltaFifo<ConfigMap>, Indexer<ConfigMap>) {
+        let config = CompactConfig::default()
+            .hot_objects(0)
+            .dictionary_samples(0);
+        let cache = Indexer::with_storage(CacheStorage::Compact(config));
+        let known: Arc<dyn KnownObjects<ConfigMap>> = Arc::new(cache.clone());
+        (
+            DeltaFifo::new(Some(known)).with_packing(cache.clone()),
+            cache,
+        )
+    }
+
+    /// Pops one key and applies its deltas to `cache` as the informer does; returns them.
+    fn pop_apply(fifo: &DeltaFifo<ConfigMap>, cache: &Indexer<ConfigMap>) -> Deltas<ConfigMap> {
+        fifo.pop(|deltas, _| {
+            for d in &deltas {
+                match (&d.kind, &d.object) {
+                    (DeltaType::Deleted, obj) => cache.delete(obj.object()).unwrap(),
+                    (_, obj) => cache.update(Arc::clone(obj.object())).unwrap(),
+                }
+            }
+            deltas
+        })
+        .now_or_never()
+        .expect("a key is queued")
+        .unwrap()
+    }
+
+    fn list(fifo: &DeltaFifo<ConfigMap>, objs: &[ConfigMap], rv: &str) {
+        let items = objs
+            .iter()
+            .map(|o| fifo.prepare_list_item(o.clone()).unwrap())
+            .collect();
+        fifo.replace_items(items, rv).unwrap();
+    }
+
+    fn counts(s: CacheStats) -> [u64; 4] {
+        [s.packed, s.unpacks, s.kept_packed, s.decodes]
+    }
+
+    #[test]
+    fn listed_objects_wait_packed_and_the_cache_keeps_their_bytes() {
+        let (fifo, cache) = packing_fifo();
+        let objs: Vec<_> = (0..50).map(|i| cm(&format!("c{i}"), "7")).collect();
+        for o in &objs {
+            assert!(matches!(
+                fifo.prepare_list_item(o.clone()).unwrap(),
+                ListItem::Packed(_)
+            ));
+        }
+        list(&fifo, &objs, "7");
+        // 50 packed for the look above, 50 for the list; nothing decoded while queued.
+        assert_eq!(counts(cache.stats()), [100, 0, 0, 0]);
+
+        // A look at the queue decodes a copy and leaves the object packed.
+        let queued = fifo.get_by_key("ns/c3").unwrap();
+        assert_eq!(**queued[0].object.object(), objs[3]);
+        assert_eq!(counts(cache.stats()), [100, 1, 0, 0]);
+
+        for _ in 0..50 {
+            let deltas = pop_apply(&fifo, &cache);
+            assert_eq!(deltas.len(), 1);
+            assert_eq!(deltas[0].kind, DeltaType::Replaced);
+        }
+        // Each decoded once, as it was popped, and stored as the bytes packed: no encoding again.
+        assert_eq!(counts(cache.stats()), [100, 51, 50, 0]);
+        assert!(fifo.has_synced());
+        for o in &objs {
+            let key = key_of(o).unwrap();
+            assert_eq!(*cache.get_by_key(key.as_str()).unwrap(), *o);
+        }
+        assert_eq!(cache.stats().decodes, 50);
+    }
+
+    #[test]
+    fn a_relist_queues_unchanged_objects_as_references_to_the_cache() {
+        let (fifo, cache) = packing_fifo();
+        let objs: Vec<_> = (0..5).map(|i| cm(&format!("c{i}"), "1")).collect();
+        list(&fifo, &objs, "1");
+        while !fifo.is_empty() {
+            pop_apply(&fifo, &cache);
+        }
+        let before = cache.stats();
+
+        // c0..c2 unchanged, c3 changed, c4 gone.
+        let mut relisted: Vec<_> = objs[..3].to_vec();
+        relisted.push(cm("c3", "2"));
+        list(&fifo, &relisted, "2");
+        let after = cache.stats();
+        // Only the changed one was packed, and only the gone one decoded (for its tombstone).
+        assert_eq!(after.packed - before.packed, 1);
+        assert_eq!(after.decodes - before.decodes, 1);
+
+        let mut seen = Vec::new();
+        while !fifo.is_empty() {
+            let deltas = pop_apply(&fifo, &cache);
+            let d = deltas.last().unwrap();
+            let obj = d.object.object();
+            seen.push((
+                obj.metadata.name.clone().unwrap(),
+                d.kind,
+                obj.metadata.resource_version.clone().unwrap(),
+                d.object.is_tombstone(),
+            ));
+        }
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        let row = |n: &str, kind, rv: &str, tomb| (n.to_owned(), kind, rv.to_owned(), tomb);
+        assert_eq!(
+            seen,
+            [
+                row("c0", DeltaType::Replaced, "1", false),
+                row("c1", DeltaType::Replaced, "1", false),
+                row("c2", DeltaType::Replaced, "1", false),
+                row("c3", DeltaType::Replaced, "2", false),
+                row("c4", DeltaType::Deleted, "1", true),
+            ]
+        );
+        assert_eq!(cache.len(), 4);
+        assert_eq!(*cache.get_by_key("ns/c3").unwrap(), relisted[3]);
+    }
+
+    #[test]
+    fn a_resync_queues_references_and_decodes_each_as_it_is_popped() {
+        let (fifo, cache) = packing_fifo();
+        let objs: Vec<_> = (0..3).map(|i| cm(&format!("c{i}"), "1")).collect();
+        list(&fifo, &objs, "1");
+        while !fifo.is_empty() {
+            pop_apply(&fifo, &cache);
+        }
+        let decodes = cache.stats().decodes;
+        fifo.resync().unwrap();
+        assert_eq!(fifo.len(), 3);
+        assert_eq!(
+            cache.stats().decodes,
+            decodes,
+            "nothing decoded while queued"
+        );
+        let mut names = Vec::new();
+        while !fifo.is_empty() {
+            let deltas = pop_apply(&fifo, &cache);
+            assert_eq!(deltas[0].kind, DeltaType::Sync);
+            names.push(deltas[0].object.object().metadata.name.clone().unwrap());
+        }
+        names.sort();
+        assert_eq!(names, ["c0", "c1", "c2"]);
+        assert_eq!(cache.stats().decodes, decodes + 3);
+    }
+
+    #[test]
+    fn a_queued_packed_object_missing_from_the_next_list_is_tombstoned_with_its_state() {
+        let (fifo, cache) = packing_fifo();
+        list(&fifo, &[cm("a", "1"), cm("b", "1")], "1");
+        list(&fifo, &[cm("b", "1")], "2");
+        let deltas = fifo.get_by_key("ns/a").unwrap();
+        assert_eq!(deltas.len(), 2);
+        assert!(deltas[1].object.is_tombstone());
+        assert_eq!(**deltas[1].object.object(), cm("a", "1"));
+        let popped = pop_apply(&fifo, &cache);
+        assert_eq!(popped.len(), 2);
+        assert_eq!(popped[0].kind, DeltaType::Replaced);
+        assert_eq!(popped[1].kind, DeltaType::Deleted);
+        assert!(cache.get_by_key("ns/a").is_none());
+    }
+
+    #[test]
+    fn a_decoded_cache_packs_nothing() {
+        let cache = Indexer::<ConfigMap>::new();
+        let known: Arc<dyn KnownObjects<ConfigMap>> = Arc::new(cache.clone());
+        let fifo = DeltaFifo::new(Some(known)).with_packing(cache);
+        assert!(matches!(
+            fifo.prepare_list_item(cm("a", "1")).unwrap(),
+            ListItem::Ready(_)
+        ));
     }
 }

@@ -813,8 +813,10 @@ where
     async fn run_in_span(&self) {
         match self.inner.fifo_mode {
             FifoMode::DeltaFifo => {
+                let cache = self.inner.indexer.clone();
                 self.run_with(|known, transform| {
-                    let mut fifo = DeltaFifo::new(Some(known));
+                    // In Compact mode, listed objects wait in the FIFO compressed.
+                    let mut fifo = DeltaFifo::new(Some(known)).with_packing(cache);
                     if let Some(t) = transform {
                         fifo = fifo.with_transform(t);
                     }

@@ -16,5 +16,5 @@ pub use index::{IndexError, IndexFn, Indexers, NAMESPACE_INDEX, index_fn, namesp
 pub use key::{KeyError, KeySource, ObjectKey, key_of, split_key};
 #[cfg(feature = "compact")]
 pub use storage::CompactConfig;
-pub use storage::{CacheStats, CacheStorage, StorageError};
+pub use storage::{CacheStats, CacheStorage, Packed, StorageError};
 pub use thread_safe::{Indexer, StoreOp};

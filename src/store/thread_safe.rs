@@ -14,7 +14,10 @@ use super::{
     IndexError, IndexFn, Indexers, KeyError, NAMESPACE_INDEX, ObjectKey,
     index::{Index, Values, values_of},
     key_of, namespace_index_fn,
-    storage::{CacheStats, CacheStorage, SlotMap, Storage, StorageError, decoded::Decoded},
+    storage::{
+        CacheStats, CacheStorage, Packed, PackedBody, SlotMap, Storage, StorageError,
+        decoded::Decoded,
+    },
 };
 
 /// A thread-safe store of objects keyed by [`ObjectKey`], with named indices
@@ -113,6 +116,10 @@ trait Backend<K>: Send + Sync {
     fn bookmark(&self, resource_version: &str);
     fn set_resource_version_metric(&self, metric: Arc<dyn crate::workqueue::SettableGaugeMetric>);
     fn stats(&self) -> CacheStats;
+    fn packs(&self) -> bool;
+    fn pack(&self, key: &ObjectKey, obj: &K) -> Option<Packed>;
+    fn unpack(&self, packed: Packed) -> Result<Arc<K>, StorageError>;
+    fn peek(&self, packed: &Packed) -> Result<Arc<K>, StorageError>;
 }
 
 /// A store over one kind of [`Storage`].
@@ -532,6 +539,38 @@ where
     fn stats(&self) -> CacheStats {
         self.storage.stats()
     }
+
+    fn packs(&self) -> bool {
+        self.storage.packs()
+    }
+
+    fn pack(&self, key: &ObjectKey, obj: &K) -> Option<Packed> {
+        let body = self.storage.pack(key, obj)?;
+        Some(Packed {
+            key: key.clone(),
+            body,
+        })
+    }
+
+    fn unpack(&self, packed: Packed) -> Result<Arc<K>, StorageError> {
+        let Packed { key, body } = packed;
+        match body {
+            PackedBody::Cached => self.get(key.as_str())?.ok_or(StorageError::Gone { key }),
+            body => self.storage.unpack(&key, body),
+        }
+    }
+
+    fn peek(&self, packed: &Packed) -> Result<Arc<K>, StorageError> {
+        match &packed.body {
+            PackedBody::Cached => {
+                self.get(packed.key.as_str())?
+                    .ok_or_else(|| StorageError::Gone {
+                        key: packed.key.clone(),
+                    })
+            }
+            body => self.storage.peek(&packed.key, body),
+        }
+    }
 }
 
 impl<K, S: Storage<K>> Core<K, S> {
@@ -727,6 +766,30 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// The storage's counters: decodes, objects shared without decoding, bytes held.
     pub fn stats(&self) -> CacheStats {
         self.core.stats()
+    }
+
+    /// Whether this store keeps objects in a form of its own (`CacheStorage::Compact`), so that
+    /// a FIFO feeding it should hold listed objects [`Packed`] rather than decoded.
+    pub(crate) fn packs(&self) -> bool {
+        self.core.packs()
+    }
+
+    /// `obj`, listed under `key`, packed for the FIFO; `None` when this store keeps objects
+    /// decoded, or `obj` cannot be packed (the FIFO then holds it decoded).
+    pub(crate) fn pack(&self, key: &ObjectKey, obj: &K) -> Option<Packed> {
+        self.core.pack(key, obj)
+    }
+
+    /// A packed object decoded as the FIFO hands it out; storing this very object next keeps
+    /// the packed bytes. A [`Packed::cached`] one is read from the store.
+    pub(crate) fn unpack(&self, packed: Packed) -> Result<Arc<K>, StorageError> {
+        self.core.unpack(packed)
+    }
+
+    /// A packed object decoded while it stays queued (a tombstone's last known state, a copy
+    /// of the queue).
+    pub(crate) fn peek(&self, packed: &Packed) -> Result<Arc<K>, StorageError> {
+        self.core.peek(packed)
     }
 
     /// Replaces the whole content with `objs` and rebuilds every index (client-go `Replace`).

@@ -165,13 +165,22 @@ impl Codec {
     }
 }
 
+/// One object's compressed encoding, with the codec that reads it back.
+pub(crate) struct Blob {
+    bytes: Box<[u8]>,
+    raw_len: u32,
+    codec: Arc<Codec>,
+}
+
+impl Blob {
+    fn decompress(&self) -> std::io::Result<Vec<u8>> {
+        self.codec.decompress(&self.bytes, self.raw_len as usize)
+    }
+}
+
 /// What a slot keeps of its object.
 enum Body<K> {
-    Compressed {
-        blob: Box<[u8]>,
-        raw_len: u32,
-        codec: Arc<Codec>,
-    },
+    Compressed(Blob),
     /// An object that could not be encoded (its `Serialize` failed) or compressed: kept decoded
     /// rather than lost, and logged.
     Pinned(Arc<K>),
@@ -202,7 +211,7 @@ pub(crate) struct CompactSlot<K> {
 impl<K> CompactSlot<K> {
     fn stored_bytes(&self) -> (u64, u64) {
         match &self.body {
-            Body::Compressed { blob, raw_len, .. } => (blob.len() as u64, u64::from(*raw_len)),
+            Body::Compressed(blob) => (blob.bytes.len() as u64, u64::from(blob.raw_len)),
             Body::Pinned(_) => (0, 0),
         }
     }
@@ -273,8 +282,15 @@ pub(crate) struct Compact<K> {
     ring: Option<Mutex<Ring<K>>>,
     /// Keys whose slot holds a `Weak`; swept a few at a time.
     sweep: Mutex<VecDeque<ObjectKey>>,
+    /// Blobs of objects the FIFO has just decoded from what [`Storage::pack`] made, by key, until
+    /// the store takes them (the `Weak` tells that it is storing that very object, and keeps
+    /// its address from being reused meanwhile).
+    handoff: Mutex<std::collections::HashMap<ObjectKey, (Weak<K>, Blob)>>,
     decodes: AtomicU64,
     decode_errors: AtomicU64,
+    packed: AtomicU64,
+    unpacks: AtomicU64,
+    kept_packed: AtomicU64,
     shared_hits: AtomicU64,
     stored_bytes: AtomicU64,
     encoded_bytes: AtomicU64,
@@ -343,8 +359,12 @@ impl<K> Compact<K> {
             config,
             ring,
             sweep: Mutex::new(VecDeque::new()),
+            handoff: Mutex::new(std::collections::HashMap::new()),
             decodes: AtomicU64::new(0),
             decode_errors: AtomicU64::new(0),
+            packed: AtomicU64::new(0),
+            unpacks: AtomicU64::new(0),
+            kept_packed: AtomicU64::new(0),
             shared_hits: AtomicU64::new(0),
             stored_bytes: AtomicU64::new(0),
             encoded_bytes: AtomicU64::new(0),
@@ -380,8 +400,15 @@ impl<K> Compact<K> {
         }
     }
 
-    /// Compresses `raw` with the current codec, and decides on training.
-    fn compress(&self, key: &ObjectKey, raw: Vec<u8>) -> Result<(Vec<u8>, Arc<Codec>), String> {
+    /// Compresses `raw` with the current codec, and decides on training. `stored`: the object
+    /// goes into the store now (not packed for the FIFO), so it is to be re-compressed once a
+    /// first dictionary is there.
+    fn compress(
+        &self,
+        key: &ObjectKey,
+        raw: Vec<u8>,
+        stored: bool,
+    ) -> Result<(Vec<u8>, Arc<Codec>), String> {
         let codec = {
             let mut t = self.trainer.lock();
             self.install_trained(&mut t);
@@ -390,7 +417,7 @@ impl<K> Compact<K> {
         let blob = codec.compress(&raw).map_err(|e| e.to_string())?;
         let mut t = self.trainer.lock();
         // Only while a first dictionary is coming: a cache whose training failed stays plain.
-        if codec.generation == 0 && (t.collecting || t.training.is_some()) {
+        if stored && codec.generation == 0 && (t.collecting || t.training.is_some()) {
             t.plain_keys.push(key.clone());
         }
         if t.collecting {
@@ -493,35 +520,43 @@ impl<K> Compact<K> {
             let Some(slot) = slots.slot_mut(&key) else {
                 continue;
             };
-            let Body::Compressed {
-                blob,
-                raw_len,
-                codec,
-            } = &slot.body
-            else {
+            let Body::Compressed(blob) = &slot.body else {
                 continue;
             };
-            if codec.generation != 0 {
+            if blob.codec.generation != 0 {
                 continue;
             }
-            let recoded = codec
-                .decompress(blob, *raw_len as usize)
-                .and_then(|raw| current.compress(&raw));
-            match recoded {
-                Ok(new_blob) => {
-                    let raw_len = *raw_len;
-                    self.count_out(slot);
-                    slot.body = Body::Compressed {
-                        blob: new_blob.into_boxed_slice(),
-                        raw_len,
-                        codec: Arc::clone(&current),
-                    };
-                    self.count_in(slot);
+            if let Some(recoded) = recode(&key, blob, &current) {
+                self.count_out(slot);
+                slot.body = Body::Compressed(recoded);
+                self.count_in(slot);
+            }
+        }
+    }
+
+    /// The blob the FIFO handed over for `obj` under `key` (see [`Storage::pack`]), if it is
+    /// this very object; re-compressed with the first dictionary if that came meanwhile.
+    fn take_handoff(&self, key: &ObjectKey, obj: &Arc<K>) -> Option<Blob> {
+        let (weak, blob) = self.handoff.lock().remove(key)?;
+        if !std::ptr::eq(weak.as_ptr(), Arc::as_ptr(obj)) {
+            return None;
+        }
+        self.kept_packed.fetch_add(1, Relaxed);
+        if blob.codec.generation != 0 {
+            return Some(blob);
+        }
+        let mut t = self.trainer.lock();
+        self.install_trained(&mut t);
+        match t.current.clone() {
+            Some(current) if current.generation > 0 => {
+                drop(t);
+                Some(recode(key, &blob, &current).unwrap_or(blob))
+            }
+            _ => {
+                if t.collecting || t.training.is_some() {
+                    t.plain_keys.push(key.clone());
                 }
-                // Kept as it was: still readable with the plain codec it holds.
-                Err(e) => {
-                    tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed")
-                }
+                Some(blob)
             }
         }
     }
@@ -536,6 +571,30 @@ impl<K> Compact<K> {
         let (stored, encoded) = slot.stored_bytes();
         self.stored_bytes.fetch_sub(stored, Relaxed);
         self.encoded_bytes.fetch_sub(encoded, Relaxed);
+    }
+}
+
+/// A packed body of another kind reached the storage (the store resolves cached ones itself).
+fn not_packed_here(key: &ObjectKey) -> StorageError {
+    StorageError::Decode {
+        key: key.clone(),
+        reason: "not packed by this cache".to_owned(),
+    }
+}
+
+/// `blob` compressed again with `current` (bytes to bytes: nothing is decoded); `None` (logged)
+/// keeps it as it is, still readable with the codec it holds.
+fn recode(key: &ObjectKey, blob: &Blob, current: &Arc<Codec>) -> Option<Blob> {
+    match blob.decompress().and_then(|raw| current.compress(&raw)) {
+        Ok(bytes) => Some(Blob {
+            bytes: bytes.into_boxed_slice(),
+            raw_len: blob.raw_len,
+            codec: Arc::clone(current),
+        }),
+        Err(e) => {
+            tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed");
+            None
+        }
     }
 }
 
@@ -554,28 +613,47 @@ where
     K: Serialize + DeserializeOwned,
 {
     fn decode(&self, key: &ObjectKey, body: &Body<K>) -> Result<Arc<K>, StorageError> {
-        let (blob, raw_len, codec) = match body {
-            Body::Compressed {
-                blob,
-                raw_len,
-                codec,
-            } => (blob, *raw_len, codec),
+        let blob = match body {
+            Body::Compressed(blob) => blob,
             Body::Pinned(obj) => return Ok(Arc::clone(obj)),
         };
-        let raw =
-            codec
-                .decompress(blob, raw_len as usize)
-                .map_err(|e| StorageError::Decompress {
-                    key: key.clone(),
-                    reason: e.to_string(),
-                })?;
-        let obj = serde_json::from_slice::<K>(&raw).map_err(|e| StorageError::Decode {
-            key: key.clone(),
-            reason: redacted(&e),
-        })?;
+        let obj = decode_blob(key, blob)?;
         self.decodes.fetch_add(1, Relaxed);
-        Ok(Arc::new(obj))
+        Ok(obj)
     }
+
+    /// `obj` encoded and compressed; `stored` as in [`compress`](Self::compress).
+    fn encode(&self, key: &ObjectKey, obj: &K, stored: bool) -> Result<Blob, String> {
+        let raw = serde_json::to_vec(obj).map_err(|e| redacted(&e))?;
+        let raw_len = u32::try_from(raw.len()).map_err(|_| "larger than 4 GiB".to_owned())?;
+        let (bytes, codec) = self.compress(key, raw, stored)?;
+        Ok(Blob {
+            bytes: bytes.into_boxed_slice(),
+            raw_len,
+            codec,
+        })
+    }
+
+    /// Decodes a packed object for the FIFO (see [`Storage::unpack`] and [`Storage::peek`]).
+    fn unpack_blob(&self, key: &ObjectKey, blob: &Blob) -> Result<Arc<K>, StorageError> {
+        let obj = decode_blob(key, blob).inspect_err(|_| {
+            self.decode_errors.fetch_add(1, Relaxed);
+        })?;
+        self.unpacks.fetch_add(1, Relaxed);
+        Ok(obj)
+    }
+}
+
+fn decode_blob<K: DeserializeOwned>(key: &ObjectKey, blob: &Blob) -> Result<Arc<K>, StorageError> {
+    let raw = blob.decompress().map_err(|e| StorageError::Decompress {
+        key: key.clone(),
+        reason: e.to_string(),
+    })?;
+    let obj = serde_json::from_slice::<K>(&raw).map_err(|e| StorageError::Decode {
+        key: key.clone(),
+        reason: redacted(&e),
+    })?;
+    Ok(Arc::new(obj))
 }
 
 impl<K> Storage<K> for Compact<K>
@@ -585,19 +663,11 @@ where
     type Slot = CompactSlot<K>;
 
     fn store(&self, key: &ObjectKey, obj: &Arc<K>) -> CompactSlot<K> {
-        let encoded = serde_json::to_vec(&**obj)
-            .map_err(|e| redacted(&e))
-            .and_then(|raw| {
-                let raw_len =
-                    u32::try_from(raw.len()).map_err(|_| "larger than 4 GiB".to_owned())?;
-                let (blob, codec) = self.compress(key, raw)?;
-                Ok(Body::Compressed {
-                    blob: blob.into_boxed_slice(),
-                    raw_len,
-                    codec,
-                })
-            });
-        let body = encoded.unwrap_or_else(|reason| {
+        let encoded = match self.take_handoff(key, obj) {
+            Some(blob) => Ok(blob),
+            None => self.encode(key, obj, true),
+        };
+        let body = encoded.map(Body::Compressed).unwrap_or_else(|reason| {
             tracing::warn!(key = %key, reason, "compact cache: object kept decoded, it does not encode");
             Body::Pinned(Arc::clone(obj))
         });
@@ -681,6 +751,42 @@ where
         self.count_out(slot);
     }
 
+    fn packs(&self) -> bool {
+        true
+    }
+
+    fn pack(&self, key: &ObjectKey, obj: &K) -> Option<super::PackedBody> {
+        match self.encode(key, obj, false) {
+            Ok(blob) => {
+                self.packed.fetch_add(1, Relaxed);
+                Some(super::PackedBody::Compressed(blob))
+            }
+            // The FIFO holds it decoded, and `store` tries (and reports) again.
+            Err(reason) => {
+                tracing::debug!(key = %key, reason, "compact cache: listed object not packed");
+                None
+            }
+        }
+    }
+
+    fn unpack(&self, key: &ObjectKey, body: super::PackedBody) -> Result<Arc<K>, StorageError> {
+        let super::PackedBody::Compressed(blob) = body else {
+            return Err(not_packed_here(key));
+        };
+        let obj = self.unpack_blob(key, &blob)?;
+        self.handoff
+            .lock()
+            .insert(key.clone(), (Arc::downgrade(&obj), blob));
+        Ok(obj)
+    }
+
+    fn peek(&self, key: &ObjectKey, body: &super::PackedBody) -> Result<Arc<K>, StorageError> {
+        let super::PackedBody::Compressed(blob) = body else {
+            return Err(not_packed_here(key));
+        };
+        self.unpack_blob(key, blob)
+    }
+
     fn maintain(&self, slots: &mut dyn SlotMap<CompactSlot<K>>) {
         self.recode_some(slots);
         self.tidy(&*slots);
@@ -716,6 +822,9 @@ where
             stored_bytes: self.stored_bytes.load(Relaxed),
             encoded_bytes: self.encoded_bytes.load(Relaxed),
             dictionary_trainings: self.trainings.load(Relaxed),
+            packed: self.packed.load(Relaxed),
+            unpacks: self.unpacks.load(Relaxed),
+            kept_packed: self.kept_packed.load(Relaxed),
         }
     }
 

@@ -62,6 +62,64 @@ pub struct CacheStats {
     pub encoded_bytes: u64,
     /// How many compression dictionaries were trained (the first one and every retraining).
     pub dictionary_trainings: u64,
+    /// Listed objects packed for the FIFO (a cold list held compressed until popped, see
+    /// [`Packed`]).
+    pub packed: u64,
+    /// Packed objects decoded as the FIFO handed them to the informer (counted apart from
+    /// [`decodes`](Self::decodes), which are reads of the cache).
+    pub unpacks: u64,
+    /// Unpacked objects whose packed bytes the cache then kept as they were, without encoding or
+    /// compressing them again.
+    pub kept_packed: u64,
+}
+
+/// One listed object as a store that keeps objects in another form holds it while it waits in
+/// the FIFO: in `CacheStorage::Compact` mode, its compressed bytes, so that a cold list of N
+/// objects is never held as N decoded objects (issue #12 part 4). The FIFO decodes it when it
+/// hands the object to the informer, and the store then keeps these very bytes (nothing is
+/// encoded or compressed twice). Opaque: made and read by the store only.
+pub struct Packed {
+    pub(crate) key: ObjectKey,
+    pub(crate) body: PackedBody,
+}
+
+impl Packed {
+    /// The object's key.
+    pub fn key(&self) -> &ObjectKey {
+        &self.key
+    }
+
+    /// The version cached under the key when this was packed (a relist of an unchanged object, or
+    /// a resync): nothing is copied, and the cached object is read when the FIFO hands it out.
+    pub(crate) fn cached(key: ObjectKey) -> Self {
+        Self {
+            key,
+            body: PackedBody::Cached,
+        }
+    }
+}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let body = match &self.body {
+            PackedBody::Cached => "cached",
+            #[cfg(feature = "compact")]
+            PackedBody::Compressed(_) => "compressed",
+        };
+        f.debug_struct("Packed")
+            .field("key", &self.key)
+            .field("body", &body)
+            .finish()
+    }
+}
+
+/// What a [`Packed`] holds.
+pub(crate) enum PackedBody {
+    /// The cached object under the key.
+    Cached,
+    /// Compressed bytes made by the compact storage.
+    #[cfg(feature = "compact")]
+    Compressed(compact::Blob),
 }
 
 /// A stored object that could not be turned back into a `K`. It cannot happen unless memory is
@@ -79,6 +137,14 @@ pub enum StorageError {
         key: ObjectKey,
         /// The codec's message.
         reason: String,
+    },
+    /// An object the FIFO queued as "the version cached under this key" (a relist of an
+    /// unchanged object, a resync) was no longer cached when the FIFO handed it out. It cannot
+    /// happen unless the cache is written from outside its informer.
+    #[error("cached object {key} is gone from the cache")]
+    Gone {
+        /// The object's key.
+        key: ObjectKey,
     },
     /// The decompressed bytes did not decode as the cache's type.
     #[error("cached object {key} does not decode: {reason}")]
@@ -134,6 +200,37 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     /// Called after each read that may have decoded, under the store's read lock: releases what
     /// dead objects still pin, a few slots at a time.
     fn tidy(&self, _slots: &dyn SlotMap<Self::Slot>) {}
+
+    /// Whether [`pack`](Self::pack) packs: the FIFO then holds listed objects packed.
+    fn packs(&self) -> bool {
+        false
+    }
+
+    /// Packs a listed object for the FIFO, or `None` when this storage holds objects decoded
+    /// (the FIFO then holds the `Arc`) or `obj` cannot be packed.
+    fn pack(&self, _key: &ObjectKey, _obj: &K) -> Option<PackedBody> {
+        None
+    }
+
+    /// Decodes what [`pack`](Self::pack) made, when the FIFO hands the object out; the next
+    /// [`store`](Self::store) of that very object under `key` keeps the packed bytes.
+    fn unpack(&self, key: &ObjectKey, body: PackedBody) -> Result<Arc<K>, StorageError> {
+        let _ = body;
+        Err(StorageError::Decode {
+            key: key.clone(),
+            reason: "this storage packs nothing".to_owned(),
+        })
+    }
+
+    /// Decodes what [`pack`](Self::pack) made without handing the bytes to the store (a copy
+    /// read while the object stays queued).
+    fn peek(&self, key: &ObjectKey, body: &PackedBody) -> Result<Arc<K>, StorageError> {
+        let _ = body;
+        Err(StorageError::Decode {
+            key: key.clone(),
+            reason: "this storage packs nothing".to_owned(),
+        })
+    }
 
     /// The storage's counters (without the object count, which the store adds).
     fn stats(&self) -> CacheStats {
