@@ -4,7 +4,7 @@
 //! - **Encoding and compression**, chosen by measurement (BENCHMARKS.md "Compact cache codec"):
 //!   JSON (what the server sent, after the transform) compressed by zstd with a dictionary
 //!   trained per cache on the first [`CompactConfig::dictionary_samples`] objects it stores
-//!   (the first list), on a thread of its own (training on 1,000 Pods takes 0.1–0.5 s, which must
+//!   (the first list), on a thread of its own (training on 250 Pods takes 0.1 s, which must
 //!   not hold the store's lock). Until it is ready objects are compressed without a dictionary;
 //!   then those objects are re-compressed with it, 32 per write (bytes to bytes, nothing is
 //!   decoded).
@@ -17,6 +17,11 @@
 //!   first dictionary (too few or too uniform samples), the cache stays on plain zstd. New writes use the new dictionary; an object keeps the dictionary it
 //!   was compressed with (held by an `Arc`) until it is written again, so retraining never
 //!   re-compresses the whole cache under the lock.
+//! - **A cold list waits compressed**: the DeltaFIFO has each listed object packed here as
+//!   soon as it is decoded ([`Storage::pack`]: the same encoding and codec as a slot), holds the
+//!   blob while it is queued, and decodes it as it is popped; the slot then takes that very blob
+//!   (a hand-off keyed by the popped `Arc`), so a sync encodes and compresses each object once
+//!   and never holds the whole list decoded.
 //! - **Sharing**: each slot keeps a `Weak` of the last decoded (or stored) object, so an object
 //!   still held by the FIFO, a handler or a reader comes back without decoding; a ring of the
 //!   last [`CompactConfig::hot_objects`] objects stored, read while held, or decoded twice in a
@@ -60,7 +65,9 @@ pub struct CompactConfig {
     /// zstd compression level. Default 3 (zstd's own default).
     pub level: i32,
     /// How many objects a dictionary is trained from: the first ones stored, and the ones stored
-    /// after the ratio degrades. Default 1000; 0 never trains (plain zstd).
+    /// after the ratio degrades. Default 250: on podgen Pods a dictionary from 250 gives 566
+    /// bytes a Pod against 553 from 1,000, for a third of the training CPU (BENCHMARKS.md
+    /// "Compact cache codec"); 0 never trains (plain zstd).
     pub dictionary_samples: usize,
     /// The dictionary's size in bytes. Default 64 KiB.
     pub dictionary_size: usize,
@@ -74,7 +81,7 @@ impl Default for CompactConfig {
         Self {
             hot_objects: 256,
             level: 3,
-            dictionary_samples: 1000,
+            dictionary_samples: 250,
             dictionary_size: 64 * 1024,
             retrain_factor: 1.5,
         }

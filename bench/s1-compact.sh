@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# S1 cold sync with the Compact cache (issue #12 part 4): client-go (JSON, protobuf) against
+# kube-informer Decoded and Compact (JSON, protobuf), interleaved RUNS times on one replay server
+# per N; prints one RESULT line per run. Build first (bench/run.sh builds everything), or set
+# CARGO_TARGET_DIR to where the release binaries are. See ../BENCHMARKS.md.
+#
+# Usage: bench/s1-compact.sh [RUNS=2]; NS="10000 50000" picks the sizes.
+set -u
+cd "$(dirname "$0")"
+T="${CARGO_TARGET_DIR:-$PWD/target}/release"
+runs=${1:-2}
+port=18093
+for n in ${NS:-10000 50000}; do
+    "$T/replay-server" --port $port --pods "$n" --protobuf true >/dev/null 2>&1 &
+    rs=$!
+    until curl -sf "127.0.0.1:$port/reset" >/dev/null; do sleep 1; done
+    for r in $(seq "$runs"); do
+        for c in go-json go-pb inf-json inf-pb inf-json-compact inf-pb-compact; do
+            curl -s "127.0.0.1:$port/reset" >/dev/null
+            inf=(env BENCH_TRIM=1 "$T/client-informer" --addr "127.0.0.1:$port" --mode sync)
+            case $c in
+                go-json) cmd=("$T/client-go-bench" --addr "127.0.0.1:$port" --mode sync) ;;
+                go-pb) cmd=("$T/client-go-bench" --addr "127.0.0.1:$port" --mode sync --protobuf true) ;;
+                inf-json) cmd=("${inf[@]}" --wire json) ;;
+                inf-pb) cmd=("${inf[@]}" --wire protobuf) ;;
+                inf-json-compact) cmd=("${inf[@]}" --wire json --cache compact) ;;
+                inf-pb-compact) cmd=("${inf[@]}" --wire protobuf --cache compact) ;;
+            esac
+            echo "n=$n run=$r $c $("${cmd[@]}" 2>&1 | grep '^RESULT')"
+        done
+    done
+    kill "$rs"
+    wait "$rs" 2>/dev/null
+done
