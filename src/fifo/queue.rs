@@ -18,6 +18,7 @@ use super::delta::{
 use crate::{
     panic_message,
     reflector::ReflectorStore,
+    reflector::decode::{ItemBytes, ListedMeta},
     store::{Indexer, KeyError, ObjectKey, Packed, key_of},
 };
 
@@ -98,6 +99,16 @@ pub enum FifoError {
     /// An object has no valid key; the FIFO is unchanged.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// A listed object handed over as bytes does not decode (it could not be packed, so the
+    /// FIFO decoded it); it was left out, like an undecodable item of a decoded list.
+    #[error("listed object {key} does not decode: {error}")]
+    Undecodable {
+        /// The object's key.
+        key: ObjectKey,
+        /// What went wrong, redacted (a [`DecodeError`](crate::reflector::decode::DecodeError)'s
+        /// message).
+        error: String,
+    },
     /// A [`ListItem::Packed`] (made by a [`DeltaFifo`] that packs listed objects for its cache)
     /// was handed to a FIFO that does not hold packed objects; nothing was queued.
     #[error("list item {key} is packed for another FIFO's cache")]
@@ -284,9 +295,20 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                             kind,
                             object: DeltaObject::Object(obj),
                         }),
+                        // A listed object packed from its bytes that does not decode (the
+                        // server's object does not fit `K`): as for an undecodable item of a
+                        // decoded list, the cached version goes, as a deletion whose final state
+                        // is unknown.
                         Err(e) => {
-                            tracing::error!(key = %key, error = %e, "queued object unreadable; its delta is dropped");
-                            None
+                            tracing::warn!(key = %key, error = %e, "listed object does not decode; its cached version is tombstoned");
+                            let obj = (kind == DeltaType::Replaced)
+                                .then(|| cache.get_by_key(key.as_str()))??;
+                            Some(Delta {
+                                kind: DeltaType::Deleted,
+                                object: DeltaObject::DeletedFinalStateUnknown(
+                                    DeletedFinalStateUnknown { key, obj },
+                                ),
+                            })
                         }
                     }
                 }
@@ -439,6 +461,46 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             return Ok(ListItem::Ready(cached));
         }
         Ok(ListItem::Ready(self.transformed(&key, obj)?))
+    }
+
+    /// [`prepare_list_item`](Self::prepare_list_item) for an object handed over as its bytes
+    /// (see [`ReflectorStore::list_item_bytes`]): packed from them, never decoded here, or a
+    /// reference to the cached version when its resourceVersion is the one listed. Without a
+    /// cache that packs, or when the bytes cannot be packed, the object is decoded and prepared
+    /// as usual.
+    ///
+    /// # Errors
+    ///
+    /// [`FifoError::Key`] for a missing or invalid name; [`FifoError::Packed`] without a cache
+    /// that packs, or with a transform (which needs the decoded object); [`FifoError::Undecodable`]
+    /// when the bytes could not be packed and the cache could not decode them either.
+    pub fn prepare_list_item_bytes(
+        &self,
+        meta: ListedMeta,
+        bytes: ItemBytes<'_>,
+    ) -> Result<ListItem<K>, FifoError> {
+        let key = ObjectKey::new(
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
+        )?;
+        let Some(cache) = self.packer.as_ref().filter(|_| self.transform.is_none()) else {
+            return Err(FifoError::Packed { key });
+        };
+        let rv = meta.resource_version.as_deref().filter(|rv| !rv.is_empty());
+        if rv.is_some() && cache.resource_version_of(key.as_str()).as_deref() == rv {
+            return Ok(ListItem::Packed(Packed::cached(key)));
+        }
+        if let Some(packed) = cache.pack_bytes(&key, bytes) {
+            return Ok(ListItem::Packed(packed));
+        }
+        // Not packed (no compression context): held decoded, as without packing.
+        match cache.decode_bytes(&key, bytes) {
+            Ok(obj) => Ok(ListItem::Ready(obj)),
+            Err(e) => Err(FifoError::Undecodable {
+                key,
+                error: e.to_string(),
+            }),
+        }
     }
 
     /// Queues a [`DeltaType::Deleted`] tombstone for `key` whose current state cannot be
@@ -765,6 +827,20 @@ impl<K: Resource + Send + Sync + 'static> ReflectorStore<K> for DeltaFifo<K> {
 
     fn list_item(&self, obj: K) -> Result<ListItem<K>, FifoError> {
         self.prepare_list_item(obj)
+    }
+
+    /// Without a transform (which needs the decoded object), a packing FIFO packs listed
+    /// objects straight from their bytes.
+    fn takes_item_bytes(&self) -> bool {
+        self.packer.is_some() && self.transform.is_none()
+    }
+
+    fn list_item_bytes(
+        &self,
+        meta: ListedMeta,
+        bytes: ItemBytes<'_>,
+    ) -> Result<ListItem<K>, FifoError> {
+        self.prepare_list_item_bytes(meta, bytes)
     }
 
     fn replace(&self, items: Vec<ListItem<K>>, resource_version: &str) -> Result<(), FifoError> {

@@ -1,5 +1,6 @@
 //! List bodies, decoded item by item as their bytes arrive.
 
+use crate::reflector::decode::{ItemBytes, ItemEncoding};
 use std::{fmt, marker::PhantomData};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
@@ -145,6 +146,15 @@ impl<K: DeserializeOwned, T> ProtobufListDecoder<K, T> {
     /// [`DecodeError`] when the bytes so far cannot be the start of a protobuf list. The decoder
     /// is then spent: later calls fail too.
     pub fn push(&mut self, chunk: &[u8], map: &mut dyn FnMut(K) -> T) -> Result<(), DecodeError> {
+        self.push_bytes(chunk, &mut |obj, _| map(obj))
+    }
+
+    /// [`push`](Self::push), handing `map` each item's bytes as well.
+    pub(crate) fn push_bytes(
+        &mut self,
+        chunk: &[u8],
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
+    ) -> Result<(), DecodeError> {
         if self.pos == self.buf.len() {
             // Nothing pending: decode straight from the chunk and keep only its undecoded tail.
             self.buf.clear();
@@ -176,7 +186,15 @@ impl<K: DeserializeOwned, T> ProtobufListDecoder<K, T> {
     /// # Errors
     ///
     /// [`DecodeError`] when the body is not a whole protobuf list.
-    pub fn finish(mut self, map: &mut dyn FnMut(K) -> T) -> Result<ListPage<T>, DecodeError> {
+    pub fn finish(self, map: &mut dyn FnMut(K) -> T) -> Result<ListPage<T>, DecodeError> {
+        self.finish_bytes(&mut |obj, _| map(obj))
+    }
+
+    /// [`finish`](Self::finish), handing `map` each item's bytes as well.
+    pub(crate) fn finish_bytes(
+        mut self,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
+    ) -> Result<ListPage<T>, DecodeError> {
         let rest = self.buf.get(self.pos..).unwrap_or_default();
         self.parser.run(rest, true, map)?;
         let p = self.parser;
@@ -218,7 +236,7 @@ impl<K: DeserializeOwned, T> Parser<K, T> {
         &mut self,
         data: &[u8],
         finished: bool,
-        map: &mut dyn FnMut(K) -> T,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
     ) -> Result<usize, DecodeError> {
         if let State::Failed(kind) = self.state {
             return Err(self.error(Error::new(kind), 0));
@@ -257,7 +275,7 @@ impl<K: DeserializeOwned, T> Parser<K, T> {
         &mut self,
         data: &[u8],
         finished: bool,
-        map: &mut dyn FnMut(K) -> T,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
     ) -> Result<Option<Step>, Error> {
         match self.state {
             State::Magic => {
@@ -392,12 +410,19 @@ impl<K: DeserializeOwned, T> Parser<K, T> {
         &mut self,
         bytes: &[u8],
         item: MessageId,
-        map: &mut dyn FnMut(K) -> T,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
     ) -> Result<(), Error> {
         let de = MessageDeserializer::new(bytes, self.schema, item);
         match self.projection.deserialize::<K, _>(de) {
             Ok(obj) => {
-                self.items.push(map(obj));
+                let bytes = ItemBytes {
+                    bytes,
+                    encoding: ItemEncoding::Protobuf {
+                        schema: self.schema,
+                        message: item,
+                    },
+                };
+                self.items.push(map(obj, bytes));
                 Ok(())
             }
             Err(e) if e.is_data() => {

@@ -28,7 +28,7 @@
 //! [lists](ProtobufListDecoder), [watch frames](decode_watch_frame), the JSON formats of times
 //! and durations, and the [errors](Error).
 
-mod de;
+pub(crate) mod de;
 #[cfg(feature = "testing")]
 pub mod encode;
 mod envelope;

@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
 use super::{
     decode::{
-        LineFramer, ListDecoder, ListPage, Projection, UndecodableObject, WatchEvent,
-        decode_watch_event_projected, undecodable_event,
+        ItemBytes, LineFramer, ListDecoder, ListPage, ListedMetaOf, Projection, UndecodableObject,
+        WatchEvent, decode_watch_event_projected, undecodable_event,
     },
     error::ListWatchError,
 };
@@ -152,6 +152,25 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
         .boxed()
     }
 
+    /// One list request whose items are handed to `sink` undecoded: each item's key and
+    /// resourceVersion (read by a decode that skips the rest) and its bytes as the server sent
+    /// them. The reflector lists through this, when it can, for a store that keeps objects in a
+    /// form of its own (the compact cache, see
+    /// [`ReflectorStore::list_item_bytes`](super::ReflectorStore::list_item_bytes)): an object is
+    /// then decoded once, when the store hands it out, and never encoded again.
+    ///
+    /// `None` (the default) when this lister-watcher has no bytes to give; the reflector then
+    /// lists through [`list_each`](Self::list_each). `options.projection` is empty when this is
+    /// called.
+    fn list_each_bytes<'a>(
+        &'a self,
+        options: ListOptions,
+        sink: BytesSink<'a>,
+    ) -> Option<BoxFuture<'a, Result<ListSummary, ListWatchError>>> {
+        let _ = (options, sink);
+        None
+    }
+
     /// Starts a watch; resolves once the server has accepted it.
     fn watch(&self, options: WatchOptions)
     -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>>;
@@ -241,6 +260,10 @@ impl ListWatchTarget {
 
 /// Receives each listed object as soon as it is decoded (see [`ListerWatcher::list_each`]).
 pub type ItemSink<'a, K> = &'a mut (dyn FnMut(K) + Send);
+
+/// Receives each listed object undecoded (see [`ListerWatcher::list_each_bytes`]).
+pub type BytesSink<'a> =
+    &'a mut (dyn for<'b> FnMut(super::decode::ListedMeta, super::decode::ItemBytes<'b>) + Send);
 
 /// A list response whose items went to an [`ItemSink`].
 #[derive(Debug, Default)]
@@ -583,7 +606,13 @@ where
         async move {
             let res = within(options.idle_timeout, self.send_list(&options)).await??;
             let format = WireFormat::of_response(&res);
-            decode_list_body(res.into_body().into_data_stream(), &options, format, |k| k).await
+            decode_list_body(
+                res.into_body().into_data_stream(),
+                &options,
+                format,
+                |k, _| k,
+            )
+            .await
         }
         .boxed()
     }
@@ -603,17 +632,38 @@ where
                 res.into_body().into_data_stream(),
                 &options,
                 format,
-                &mut *sink,
+                &mut |obj: K, _: ItemBytes<'_>| sink(obj),
             )
             .await?;
-            Ok(ListSummary {
-                metadata: page.metadata,
-                items: page.items.len(),
-                undecodable: page.undecodable,
-                shard_info: page.shard_info,
-            })
+            Ok(page.summary())
         }
         .boxed()
+    }
+
+    fn list_each_bytes<'a>(
+        &'a self,
+        options: ListOptions,
+        sink: BytesSink<'a>,
+    ) -> Option<BoxFuture<'a, Result<ListSummary, ListWatchError>>> {
+        // The bytes are kept and decoded later as they are: a projection would not apply.
+        if !options.projection.is_empty() {
+            return None;
+        }
+        Some(
+            async move {
+                let res = within(options.idle_timeout, self.send_list(&options)).await??;
+                let format = WireFormat::of_response(&res);
+                let page = decode_list_body(
+                    res.into_body().into_data_stream(),
+                    &options,
+                    format,
+                    &mut |meta: ListedMetaOf, bytes: ItemBytes<'_>| sink(meta.0, bytes),
+                )
+                .await?;
+                Ok(page.summary())
+            }
+            .boxed(),
+        )
     }
 
     fn watch(
@@ -678,7 +728,7 @@ async fn decode_list_body<K, T, S>(
     body: S,
     options: &ListOptions,
     format: WireFormat,
-    mut map: impl FnMut(K) -> T + Send,
+    mut map: impl FnMut(K, ItemBytes<'_>) -> T + Send,
 ) -> Result<ListPage<T>, ListWatchError>
 where
     K: DeserializeOwned,
@@ -695,6 +745,18 @@ where
         }
     }
     Ok(decoder.finish(&mut map)?)
+}
+
+impl ListPage<()> {
+    /// What a page whose items went to a sink tells the reflector.
+    fn summary(self) -> ListSummary {
+        ListSummary {
+            metadata: self.metadata,
+            items: self.items.len(),
+            undecodable: self.undecodable,
+            shard_info: self.shard_info,
+        }
+    }
 }
 
 /// A list body's decoder, by the response's content type.
@@ -716,11 +778,11 @@ impl<K: DeserializeOwned, T> BodyDecoder<K, T> {
     fn push(
         &mut self,
         chunk: &[u8],
-        map: &mut dyn FnMut(K) -> T,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
     ) -> Result<(), super::decode::DecodeError> {
         match self {
-            Self::Json(d) => d.push(chunk, map),
-            Self::Protobuf(d) => d.push(chunk, map),
+            Self::Json(d) => d.push_bytes(chunk, map),
+            Self::Protobuf(d) => d.push_bytes(chunk, map),
         }
     }
 
@@ -733,11 +795,11 @@ impl<K: DeserializeOwned, T> BodyDecoder<K, T> {
 
     fn finish(
         self,
-        map: &mut dyn FnMut(K) -> T,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
     ) -> Result<ListPage<T>, super::decode::DecodeError> {
         match self {
-            Self::Json(d) => d.finish(map),
-            Self::Protobuf(d) => d.finish(map),
+            Self::Json(d) => d.finish_bytes(map),
+            Self::Protobuf(d) => d.finish_bytes(map),
         }
     }
 }
@@ -1033,6 +1095,58 @@ mod tests {
         assert_eq!((s.code, s.reason.as_str()), (410, "Expired"));
     }
 
+    /// The bytes path (a store that keeps objects in its own form): each item's key and
+    /// resourceVersion, and bytes that decode to the object a decoded list gives, in both
+    /// encodings and at every chunk size.
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn list_items_are_handed_over_as_their_bytes_in_both_encodings() {
+        let items = [
+            serde_json::json!({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "3",
+                "labels": {"app": "x"}}, "data": {"k": "v"}}),
+            serde_json::json!({"metadata": {"name": "b", "namespace": "ns", "resourceVersion": "5",
+                "managedFields": [{"manager": "m", "operation": "Apply"}]}, "binaryData": {"b": "AAE="}}),
+        ];
+        let meta = serde_json::json!({"resourceVersion": "9"});
+        let json =
+            serde_json::to_vec(&serde_json::json!({"metadata": meta, "items": items})).unwrap();
+        let pb = crate::protobuf::encode::encode_list(
+            "v1",
+            "ConfigMapList",
+            &meta,
+            &items.iter().collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let want: Vec<ConfigMap> = items
+            .iter()
+            .map(|i| serde_json::from_value(i.clone()).unwrap())
+            .collect();
+        for (format, body) in [(WireFormat::Json, &json), (WireFormat::Protobuf, &pb)] {
+            for chunk in [1, 7, body.len()] {
+                let chunks = body.chunks(chunk).map(|c| Ok(Bytes::copy_from_slice(c)));
+                let mut got = Vec::new();
+                let page = decode_list_body::<ListedMetaOf, _, _>(
+                    futures::stream::iter(chunks.collect::<Vec<_>>()),
+                    &unlimited_idle(usize::MAX),
+                    format,
+                    |meta: ListedMetaOf, bytes: ItemBytes<'_>| {
+                        got.push((meta.0, bytes.decode::<ConfigMap>().unwrap()));
+                    },
+                )
+                .await
+                .unwrap();
+                assert_eq!(page.metadata.resource_version.as_deref(), Some("9"));
+                assert_eq!(got.len(), 2, "{format:?} in chunks of {chunk}");
+                for ((meta, obj), want) in got.iter().zip(&want) {
+                    assert_eq!(meta.namespace.as_deref(), Some("ns"));
+                    assert_eq!(meta.name, want.metadata.name);
+                    assert_eq!(meta.resource_version, want.metadata.resource_version);
+                    assert_eq!(obj, want, "{format:?} in chunks of {chunk}");
+                }
+            }
+        }
+    }
+
     #[tokio::test]
     async fn list_body_is_decoded_chunk_by_chunk_and_a_read_error_fails_the_list() {
         let body = br#"{"metadata":{"resourceVersion":"8"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#;
@@ -1041,7 +1155,7 @@ mod tests {
             futures::stream::iter(chunks()),
             &unlimited_idle(usize::MAX),
             WireFormat::Json,
-            |k| k,
+            |k, _| k,
         )
         .await
         .unwrap();
@@ -1057,7 +1171,7 @@ mod tests {
             futures::stream::iter(cut),
             &unlimited_idle(usize::MAX),
             WireFormat::Json,
-            |k| k,
+            |k, _| k,
         )
         .await
         .unwrap_err();
@@ -1068,7 +1182,7 @@ mod tests {
             futures::stream::iter(short),
             &unlimited_idle(usize::MAX),
             WireFormat::Json,
-            |k| k,
+            |k, _| k,
         )
         .await
         .unwrap_err();
@@ -1119,7 +1233,7 @@ mod limit_tests {
             futures::stream::iter(chunks()),
             &unlimited_idle(100 * 1024),
             WireFormat::Json,
-            |k| k,
+            |k, _| k,
         )
         .await
         .unwrap_err();
@@ -1132,7 +1246,7 @@ mod limit_tests {
             futures::stream::iter(chunks()),
             &unlimited_idle(1 << 20),
             WireFormat::Json,
-            |k| k,
+            |k, _| k,
         )
         .await
         .unwrap();

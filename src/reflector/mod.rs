@@ -726,6 +726,19 @@ where
     ) -> Result<ListSummary, ListWatchError> {
         let store = &self.store;
         let shard = self.config.shard.as_ref();
+        // A store that keeps objects in its own form takes the items' bytes, undecoded, when
+        // the lister-watcher has them: nothing to project, and no shard to check per object.
+        if shard.is_none() && options.projection.is_empty() && store.takes_item_bytes() {
+            let mut sink = |meta: decode::ListedMeta, bytes: decode::ItemBytes<'_>| match store
+                .list_item_bytes(meta, bytes)
+            {
+                Ok(item) => items.push(item),
+                Err(e) => rejected.push(e),
+            };
+            if let Some(listed) = self.lw.list_each_bytes(options.clone(), &mut sink) {
+                return listed.await;
+            }
+        }
         let mut outside = Vec::new();
         let mut sink = |obj: K| {
             if let Some(shard) = shard.filter(|s| !s.matches(&obj)) {

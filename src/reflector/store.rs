@@ -6,6 +6,7 @@
 //! compressed, reused from the cache on a relist) belongs to the store behind this trait.
 //! [`DeltaFifo`](crate::DeltaFifo) is one implementation.
 
+use super::decode::{ItemBytes, ListedMeta};
 use crate::{fifo::FifoError, store::ObjectKey};
 
 /// What a [`Reflector`](super::Reflector) writes into.
@@ -49,6 +50,34 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// The object cannot be held; the reflector reports it and leaves it out of the list, so
     /// [`replace`](Self::replace) removes any cached version of it.
     fn list_item(&self, obj: K) -> Result<Self::ListItem, FifoError>;
+
+    /// Whether this store takes listed objects undecoded, through
+    /// [`list_item_bytes`](Self::list_item_bytes). The default is `false`.
+    fn takes_item_bytes(&self) -> bool {
+        false
+    }
+
+    /// Prepares one listed object from its bytes, undecoded (only called when
+    /// [`takes_item_bytes`](Self::takes_item_bytes)): `meta` is its key and resourceVersion. The
+    /// store keeps the bytes in its own form and decodes the object when it hands it out.
+    ///
+    /// # Errors
+    ///
+    /// As [`list_item`](Self::list_item). The default refuses every item
+    /// ([`FifoError::Packed`]).
+    fn list_item_bytes(
+        &self,
+        meta: ListedMeta,
+        bytes: ItemBytes<'_>,
+    ) -> Result<Self::ListItem, FifoError> {
+        let _ = bytes;
+        Err(FifoError::Packed {
+            key: ObjectKey::new(
+                meta.namespace.as_deref(),
+                meta.name.as_deref().unwrap_or_default(),
+            )?,
+        })
+    }
 
     /// A complete list at `resource_version`: everything not in it is gone.
     ///

@@ -7,6 +7,8 @@ use std::{
 };
 
 use kube::{Resource, core::Selector};
+
+use crate::reflector::decode::ItemBytes;
 use parking_lot::RwLock;
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -118,6 +120,8 @@ trait Backend<K>: Send + Sync {
     fn stats(&self) -> CacheStats;
     fn packs(&self) -> bool;
     fn pack(&self, key: &ObjectKey, obj: &K) -> Option<Packed>;
+    fn pack_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Option<Packed>;
+    fn decode_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Result<Arc<K>, StorageError>;
     fn unpack(&self, packed: Packed) -> Result<Arc<K>, StorageError>;
     fn peek(&self, packed: &Packed) -> Result<Arc<K>, StorageError>;
 }
@@ -552,6 +556,18 @@ where
         })
     }
 
+    fn decode_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Result<Arc<K>, StorageError> {
+        self.storage.decode_bytes(key, bytes)
+    }
+
+    fn pack_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Option<Packed> {
+        let body = self.storage.pack_bytes(key, bytes)?;
+        Some(Packed {
+            key: key.clone(),
+            body,
+        })
+    }
+
     fn unpack(&self, packed: Packed) -> Result<Arc<K>, StorageError> {
         let Packed { key, body } = packed;
         match body {
@@ -778,6 +794,22 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// decoded, or `obj` cannot be packed (the FIFO then holds it decoded).
     pub(crate) fn pack(&self, key: &ObjectKey, obj: &K) -> Option<Packed> {
         self.core.pack(key, obj)
+    }
+
+    /// A listed object packed from its bytes as the server sent them, never decoded here;
+    /// `None` as [`pack`](Self::pack).
+    pub(crate) fn pack_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Option<Packed> {
+        self.core.pack_bytes(key, bytes)
+    }
+
+    /// A listed object's bytes decoded (for bytes [`pack_bytes`](Self::pack_bytes) could not
+    /// pack).
+    pub(crate) fn decode_bytes(
+        &self,
+        key: &ObjectKey,
+        bytes: ItemBytes<'_>,
+    ) -> Result<Arc<K>, StorageError> {
+        self.core.decode_bytes(key, bytes)
     }
 
     /// A packed object decoded as the FIFO hands it out; storing this very object next keeps

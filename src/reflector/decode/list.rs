@@ -8,6 +8,7 @@ use serde::{
     de::{self, DeserializeOwned, IgnoredAny, Visitor},
 };
 
+use super::ItemBytes;
 use super::{
     error::{DecodeError, PeekObject, UndecodableObject},
     projection::{Projected, Projection},
@@ -272,6 +273,15 @@ impl<K: DeserializeOwned, T> ListDecoder<K, T> {
     /// [`DecodeError`] when the bytes so far cannot be the start of a JSON list. The decoder is
     /// then spent: later calls fail too.
     pub fn push(&mut self, chunk: &[u8], map: &mut dyn FnMut(K) -> T) -> Result<(), DecodeError> {
+        self.push_bytes(chunk, &mut |obj, _| map(obj))
+    }
+
+    /// [`push`](Self::push), handing `map` each item's bytes as well.
+    pub(crate) fn push_bytes(
+        &mut self,
+        chunk: &[u8],
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
+    ) -> Result<(), DecodeError> {
         if self.pos == self.buf.len() {
             // Nothing pending: decode straight from the chunk and keep only its undecoded tail,
             // so a whole body pushed at once is never copied.
@@ -302,7 +312,15 @@ impl<K: DeserializeOwned, T> ListDecoder<K, T> {
     ///
     /// [`DecodeError`] when the body is not a whole JSON list: truncated, malformed, or followed
     /// by anything but whitespace.
-    pub fn finish(mut self, map: &mut dyn FnMut(K) -> T) -> Result<ListPage<T>, DecodeError> {
+    pub fn finish(self, map: &mut dyn FnMut(K) -> T) -> Result<ListPage<T>, DecodeError> {
+        self.finish_bytes(&mut |obj, _| map(obj))
+    }
+
+    /// [`finish`](Self::finish), handing `map` each item's bytes as well.
+    pub(crate) fn finish_bytes(
+        mut self,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
+    ) -> Result<ListPage<T>, DecodeError> {
         self.parser.run(&self.buf[self.pos..], true, map)?;
         let p = self.parser;
         Ok(ListPage {
@@ -411,7 +429,7 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
         &mut self,
         data: &[u8],
         finished: bool,
-        map: &mut dyn FnMut(K) -> T,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
     ) -> Result<usize, DecodeError> {
         if self.state == State::Failed {
             return Err(structure_error(
@@ -433,7 +451,7 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
         data: &[u8],
         i: &mut usize,
         finished: bool,
-        map: &mut dyn FnMut(K) -> T,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
     ) -> Result<(), DecodeError> {
         loop {
             // JSON's four whitespace bytes (`is_ascii_whitespace` would also take form feed).
@@ -576,7 +594,7 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
         data: &[u8],
         finished: bool,
         at: u64,
-        map: &mut dyn FnMut(K) -> T,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
     ) -> Result<Option<usize>, DecodeError> {
         let attempt = if self.projection.is_empty() {
             self.attempt::<K>(data, finished)
@@ -589,7 +607,11 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
         let error = match attempt {
             None => return Ok(None),
             Some(Ok((obj, len))) => {
-                self.items.push(map(obj));
+                let bytes = super::ItemBytes {
+                    bytes: &data[..len],
+                    encoding: super::ItemEncoding::Json,
+                };
+                self.items.push(map(obj, bytes));
                 return Ok(Some(len));
             }
             // Well-formed JSON of another shape (for example a custom resource written under a

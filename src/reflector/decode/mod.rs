@@ -15,6 +15,7 @@
 
 mod error;
 mod framer;
+mod item;
 mod list;
 mod projection;
 mod watch;
@@ -22,6 +23,8 @@ mod watch;
 pub(crate) use error::{Cause, PeekObject, redact_data_message, redacted as redacted_json};
 pub use error::{DecodeError, UndecodableObject};
 pub use framer::LineFramer;
+pub use item::{ItemBytes, ListedMeta};
+pub(crate) use item::{ItemEncoding, ListedMetaOf};
 pub(crate) use list::WireListMeta;
 pub use list::{LIST_DECODER_MARGIN, ListDecoder, ListPage, decode_list, decode_list_map};
 pub use projection::{Projection, ProjectionError};

@@ -43,7 +43,10 @@ use parking_lot::Mutex;
 use serde::{Serialize, de::DeserializeOwned};
 
 use super::{CacheStats, SlotMap, Storage, StorageError, selector_matches};
-use crate::store::ObjectKey;
+use crate::{
+    reflector::decode::{ItemBytes, ItemEncoding},
+    store::ObjectKey,
+};
 
 /// Options of [`CacheStorage::Compact`](super::CacheStorage::Compact).
 ///
@@ -177,6 +180,9 @@ pub(crate) struct Blob {
     bytes: Box<[u8]>,
     raw_len: u32,
     codec: Arc<Codec>,
+    /// What the decompressed bytes are: JSON the store wrote, or a listed item's bytes as the
+    /// server sent them (JSON or protobuf).
+    encoding: ItemEncoding,
 }
 
 impl Blob {
@@ -296,6 +302,7 @@ pub(crate) struct Compact<K> {
     decodes: AtomicU64,
     decode_errors: AtomicU64,
     packed: AtomicU64,
+    packed_from_wire: AtomicU64,
     unpacks: AtomicU64,
     kept_packed: AtomicU64,
     shared_hits: AtomicU64,
@@ -370,6 +377,7 @@ impl<K> Compact<K> {
             decodes: AtomicU64::new(0),
             decode_errors: AtomicU64::new(0),
             packed: AtomicU64::new(0),
+            packed_from_wire: AtomicU64::new(0),
             unpacks: AtomicU64::new(0),
             kept_packed: AtomicU64::new(0),
             shared_hits: AtomicU64::new(0),
@@ -597,6 +605,7 @@ fn recode(key: &ObjectKey, blob: &Blob, current: &Arc<Codec>) -> Option<Blob> {
             bytes: bytes.into_boxed_slice(),
             raw_len: blob.raw_len,
             codec: Arc::clone(current),
+            encoding: blob.encoding,
         }),
         Err(e) => {
             tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed");
@@ -632,12 +641,24 @@ where
     /// `obj` encoded and compressed; `stored` as in [`compress`](Self::compress).
     fn encode(&self, key: &ObjectKey, obj: &K, stored: bool) -> Result<Blob, String> {
         let raw = serde_json::to_vec(obj).map_err(|e| redacted(&e))?;
+        self.blob(key, raw, ItemEncoding::Json, stored)
+    }
+
+    /// `raw`, encoded so, compressed; `stored` as in [`compress`](Self::compress).
+    fn blob(
+        &self,
+        key: &ObjectKey,
+        raw: Vec<u8>,
+        encoding: ItemEncoding,
+        stored: bool,
+    ) -> Result<Blob, String> {
         let raw_len = u32::try_from(raw.len()).map_err(|_| "larger than 4 GiB".to_owned())?;
         let (bytes, codec) = self.compress(key, raw, stored)?;
         Ok(Blob {
             bytes: bytes.into_boxed_slice(),
             raw_len,
             codec,
+            encoding,
         })
     }
 
@@ -656,10 +677,13 @@ fn decode_blob<K: DeserializeOwned>(key: &ObjectKey, blob: &Blob) -> Result<Arc<
         key: key.clone(),
         reason: e.to_string(),
     })?;
-    let obj = serde_json::from_slice::<K>(&raw).map_err(|e| StorageError::Decode {
-        key: key.clone(),
-        reason: redacted(&e),
-    })?;
+    let obj = blob
+        .encoding
+        .decode::<K>(&raw)
+        .map_err(|e| StorageError::Decode {
+            key: key.clone(),
+            reason: e.to_string(),
+        })?;
     Ok(Arc::new(obj))
 }
 
@@ -776,6 +800,30 @@ where
         }
     }
 
+    fn pack_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Option<super::PackedBody> {
+        match self.blob(key, bytes.bytes.to_vec(), bytes.encoding, false) {
+            Ok(blob) => {
+                self.packed.fetch_add(1, Relaxed);
+                self.packed_from_wire.fetch_add(1, Relaxed);
+                Some(super::PackedBody::Compressed(blob))
+            }
+            Err(reason) => {
+                tracing::debug!(key = %key, reason, "compact cache: listed object not packed");
+                None
+            }
+        }
+    }
+
+    fn decode_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Result<Arc<K>, StorageError> {
+        bytes
+            .decode::<K>()
+            .map(Arc::new)
+            .map_err(|e| StorageError::Decode {
+                key: key.clone(),
+                reason: e.to_string(),
+            })
+    }
+
     fn unpack(&self, key: &ObjectKey, body: super::PackedBody) -> Result<Arc<K>, StorageError> {
         let super::PackedBody::Compressed(blob) = body else {
             return Err(not_packed_here(key));
@@ -830,6 +878,7 @@ where
             encoded_bytes: self.encoded_bytes.load(Relaxed),
             dictionary_trainings: self.trainings.load(Relaxed),
             packed: self.packed.load(Relaxed),
+            packed_from_wire: self.packed_from_wire.load(Relaxed),
             unpacks: self.unpacks.load(Relaxed),
             kept_packed: self.kept_packed.load(Relaxed),
         }

@@ -65,6 +65,9 @@ pub struct CacheStats {
     /// Listed objects packed for the FIFO (a cold list held compressed until popped, see
     /// [`Packed`]).
     pub packed: u64,
+    /// Of those, objects packed straight from the bytes the server sent (never decoded before
+    /// they were popped, never encoded by the cache).
+    pub packed_from_wire: u64,
     /// Packed objects decoded as the FIFO handed them to the informer (counted apart from
     /// [`decodes`](Self::decodes), which are reads of the cache).
     pub unpacks: u64,
@@ -210,6 +213,28 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     /// (the FIFO then holds the `Arc`) or `obj` cannot be packed.
     fn pack(&self, _key: &ObjectKey, _obj: &K) -> Option<PackedBody> {
         None
+    }
+
+    /// Packs a listed object from its bytes as the server sent them (never decoded here), or
+    /// `None` as [`pack`](Self::pack).
+    fn pack_bytes(
+        &self,
+        _key: &ObjectKey,
+        _bytes: crate::reflector::decode::ItemBytes<'_>,
+    ) -> Option<PackedBody> {
+        None
+    }
+
+    /// Decodes a listed object's bytes (that [`pack_bytes`](Self::pack_bytes) could not pack).
+    fn decode_bytes(
+        &self,
+        key: &ObjectKey,
+        _bytes: crate::reflector::decode::ItemBytes<'_>,
+    ) -> Result<Arc<K>, StorageError> {
+        Err(StorageError::Decode {
+            key: key.clone(),
+            reason: "this storage packs nothing".to_owned(),
+        })
     }
 
     /// Decodes what [`pack`](Self::pack) made, when the FIFO hands the object out; the next

@@ -1,0 +1,117 @@
+//! One list item's bytes as the server sent them, for a store that keeps objects in a form of
+//! its own (the compact cache): it can hold those bytes instead of a decoded object, and never
+//! encode the object again (issue #12 part 4).
+
+use serde::{Deserialize, de::DeserializeOwned};
+
+use super::{Cause, DecodeError};
+use crate::protobuf::schema::{MessageId, Schema};
+
+/// One listed object undecoded: its bytes as the server sent them (after the list's framing),
+/// and how to read them again. Made by the list decoders, handed to
+/// [`ReflectorStore::list_item_bytes`](crate::reflector::ReflectorStore::list_item_bytes).
+#[derive(Clone, Copy)]
+pub struct ItemBytes<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) encoding: ItemEncoding,
+}
+
+impl std::fmt::Debug for ItemBytes<'_> {
+    // The bytes are the object's: never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ItemBytes")
+            .field("len", &self.bytes.len())
+            .field("encoding", &self.encoding)
+            .finish()
+    }
+}
+
+impl<'a> ItemBytes<'a> {
+    /// The bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Decodes the object (with no projection: the bytes are whole).
+    ///
+    /// # Errors
+    ///
+    /// The bytes do not decode as `K`; the error is redacted.
+    pub fn decode<K: DeserializeOwned>(&self) -> Result<K, DecodeError> {
+        self.encoding.decode(self.bytes)
+    }
+}
+
+/// How an item's bytes are encoded.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ItemEncoding {
+    /// One JSON object.
+    Json,
+    /// One protobuf message of `schema` (a list's item: no `k8s\0` envelope, no length prefix).
+    Protobuf {
+        schema: &'static Schema,
+        message: MessageId,
+    },
+}
+
+impl ItemEncoding {
+    /// Decodes `bytes`, encoded so, as a `K`.
+    pub(crate) fn decode<K: DeserializeOwned>(self, bytes: &[u8]) -> Result<K, DecodeError> {
+        match self {
+            Self::Json => serde_json::from_slice(bytes).map_err(|e| DecodeError {
+                what: "object",
+                error: Cause::Json(e),
+                offset: None,
+            }),
+            Self::Protobuf { schema, message } => {
+                let de = crate::protobuf::de::MessageDeserializer::new(bytes, schema, message);
+                K::deserialize(de).map_err(|e| DecodeError {
+                    what: "object",
+                    error: Cause::Protobuf(e),
+                    offset: None,
+                })
+            }
+        }
+    }
+}
+
+/// What a store needs of a listed object it keeps undecoded: its key and resourceVersion, read
+/// by a decode that skips everything else.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListedMeta {
+    /// `metadata.namespace`.
+    pub namespace: Option<String>,
+    /// `metadata.name`.
+    pub name: Option<String>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for ListedMetaOf {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Meta {
+            namespace: Option<String>,
+            name: Option<String>,
+            #[serde(rename = "resourceVersion")]
+            resource_version: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Object {
+            metadata: Option<Meta>,
+        }
+        let meta = Object::deserialize(deserializer)?.metadata;
+        Ok(ListedMetaOf(meta.map_or_else(ListedMeta::default, |m| {
+            ListedMeta {
+                namespace: m.namespace,
+                name: m.name,
+                resource_version: m.resource_version,
+            }
+        })))
+    }
+}
+
+/// A listed object decoded as its [`ListedMeta`] only: the type the list decoders decode items
+/// as for a store that takes them undecoded.
+pub(crate) struct ListedMetaOf(pub(crate) ListedMeta);
