@@ -33,7 +33,9 @@ pub enum FifoMode {
     /// and up to 1,000 changes of distinct keys are applied to the cache in one transaction
     /// before their handlers are called. What client-go v0.36+ shared informers always run
     /// (`InOrderInformers` GA, with `AtomicFIFO`, `UnlockWhileProcessingFIFO` and
-    /// `InOrderInformersBatchProcess` on, their defaults).
+    /// `InOrderInformersBatchProcess` on, their defaults). With a `CacheStorage::Compact`
+    /// cache, a list waits here decoded until its `ReplacedAll` is applied (the DeltaFIFO holds
+    /// it compressed).
     InOrder,
 }
 

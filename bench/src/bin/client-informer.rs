@@ -124,7 +124,11 @@ async fn main() {
         }
         _ => {}
     }
-    meter.put("decodes", informer.indexer().stats().decodes);
+    let stats = informer.indexer().stats();
+    meter.put("decodes", stats.decodes);
+    // Compact only: compressed bytes held per object, and how the list reached the cache.
+    meter.put("stored_b_per_obj", stats.stored_bytes / (stats.packed.max(1)));
+    meter.put("packed_from_wire", stats.packed_from_wire);
     // `BENCH_TRIM=1`: a second after the scenario, return freed heap to the OS (glibc
     // `malloc_trim`) and report the RSS left: what the cache itself holds, without the pages
     // glibc keeps from the sync's transient objects.

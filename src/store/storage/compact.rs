@@ -134,7 +134,8 @@ struct Codec {
     /// 0 for plain zstd; then 1, 2, … per trained dictionary.
     generation: u64,
     dictionary: Vec<u8>,
-    compressor: Mutex<zstd::bulk::Compressor<'static>>,
+    /// The compression context, and the buffer it compresses into (see [`Codec::compress`]).
+    compressor: Mutex<(zstd::bulk::Compressor<'static>, Vec<u8>)>,
     /// Decompression contexts, reused: making one costs more than decompressing a Pod.
     decompressors: Mutex<Vec<zstd::bulk::Decompressor<'static>>>,
 }
@@ -151,13 +152,23 @@ impl Codec {
         Ok(Self {
             generation,
             dictionary,
-            compressor: Mutex::new(compressor),
+            compressor: Mutex::new((compressor, Vec::new())),
             decompressors: Mutex::new(Vec::new()),
         })
     }
 
-    fn compress(&self, raw: &[u8]) -> std::io::Result<Vec<u8>> {
-        self.compressor.lock().compress(raw)
+    /// `raw` compressed, in an allocation of exactly its size: compressing into a reused
+    /// buffer and copying out, rather than shrinking a worst-case-sized `Vec`, leaves no freed
+    /// tail next to each of the cache's long-lived blobs for the allocator to be unable to
+    /// return (RSS after a 50,000-Pod sync and a `malloc_trim`: 114–140 MiB with shrunk `Vec`s,
+    /// 94–96 MiB with this).
+    fn compress(&self, raw: &[u8]) -> std::io::Result<Box<[u8]>> {
+        let mut guard = self.compressor.lock();
+        let (compressor, buf) = &mut *guard;
+        buf.clear();
+        buf.reserve(zstd::zstd_safe::compress_bound(raw.len()));
+        compressor.compress_to_buffer(raw, buf)?;
+        Ok(Box::from(&buf[..]))
     }
 
     fn decompress(&self, blob: &[u8], raw_len: usize) -> std::io::Result<Vec<u8>> {
@@ -421,22 +432,22 @@ impl<K> Compact<K> {
     fn compress(
         &self,
         key: &ObjectKey,
-        raw: Vec<u8>,
+        raw: &[u8],
         stored: bool,
-    ) -> Result<(Vec<u8>, Arc<Codec>), String> {
+    ) -> Result<(Box<[u8]>, Arc<Codec>), String> {
         let codec = {
             let mut t = self.trainer.lock();
             self.install_trained(&mut t);
             t.current.clone().ok_or("no zstd context")?
         };
-        let blob = codec.compress(&raw).map_err(|e| e.to_string())?;
+        let blob = codec.compress(raw).map_err(|e| e.to_string())?;
         let mut t = self.trainer.lock();
         // Only while a first dictionary is coming: a cache whose training failed stays plain.
         if stored && codec.generation == 0 && (t.collecting || t.training.is_some()) {
             t.plain_keys.push(key.clone());
         }
         if t.collecting {
-            t.samples.push(raw);
+            t.samples.push(raw.to_vec());
             if t.samples.len() >= self.config.dictionary_samples {
                 self.train(&mut t);
             }
@@ -602,7 +613,7 @@ fn not_packed_here(key: &ObjectKey) -> StorageError {
 fn recode(key: &ObjectKey, blob: &Blob, current: &Arc<Codec>) -> Option<Blob> {
     match blob.decompress().and_then(|raw| current.compress(&raw)) {
         Ok(bytes) => Some(Blob {
-            bytes: bytes.into_boxed_slice(),
+            bytes,
             raw_len: blob.raw_len,
             codec: Arc::clone(current),
             encoding: blob.encoding,
@@ -641,21 +652,21 @@ where
     /// `obj` encoded and compressed; `stored` as in [`compress`](Self::compress).
     fn encode(&self, key: &ObjectKey, obj: &K, stored: bool) -> Result<Blob, String> {
         let raw = serde_json::to_vec(obj).map_err(|e| redacted(&e))?;
-        self.blob(key, raw, ItemEncoding::Json, stored)
+        self.blob(key, &raw, ItemEncoding::Json, stored)
     }
 
     /// `raw`, encoded so, compressed; `stored` as in [`compress`](Self::compress).
     fn blob(
         &self,
         key: &ObjectKey,
-        raw: Vec<u8>,
+        raw: &[u8],
         encoding: ItemEncoding,
         stored: bool,
     ) -> Result<Blob, String> {
         let raw_len = u32::try_from(raw.len()).map_err(|_| "larger than 4 GiB".to_owned())?;
         let (bytes, codec) = self.compress(key, raw, stored)?;
         Ok(Blob {
-            bytes: bytes.into_boxed_slice(),
+            bytes,
             raw_len,
             codec,
             encoding,
@@ -801,7 +812,7 @@ where
     }
 
     fn pack_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Option<super::PackedBody> {
-        match self.blob(key, bytes.bytes.to_vec(), bytes.encoding, false) {
+        match self.blob(key, bytes.bytes, bytes.encoding, false) {
             Ok(blob) => {
                 self.packed.fetch_add(1, Relaxed);
                 self.packed_from_wire.fetch_add(1, Relaxed);

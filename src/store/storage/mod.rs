@@ -37,7 +37,8 @@ pub enum CacheStorage {
     /// what client-go does). Fastest reads; a decoded k8s-openapi `Pod` holds ~54 KB of heap.
     #[default]
     Decoded,
-    /// Each object held as compressed JSON and decoded on demand; decoded objects are shared
+    /// Each object held compressed (listed objects as the bytes the server sent, JSON or
+    /// protobuf; others as JSON) and decoded on demand; decoded objects are shared
     /// while anyone holds them, and a bounded set of recently used ones is kept (see
     /// [`CompactConfig`]). A fraction of the memory for caches read less often than they change.
     #[cfg(feature = "compact")]
