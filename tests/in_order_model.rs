@@ -705,7 +705,9 @@ impl FifoHarness {
                             "{key}@{v}: the relisted object at the cached version is not the \
                              cached Arc"
                         ),
-                        ListItem::Decoded(_) => panic!("{key}: list item not made ready"),
+                        ListItem::Decoded(_) | ListItem::Packed(_) => {
+                            panic!("{key}: list item not made ready")
+                        }
                     }
                     items.push(item);
                     listed.push((key, v));
