@@ -135,7 +135,7 @@ async fn with_a_transform_listed_objects_are_decoded_transformed_and_then_packed
 }
 
 /// A listed object whose JSON does not fit `K` is packed undecoded; it is found out when popped,
-/// left out of the cache (and logged), and the informer still syncs with the rest.
+/// left out of the cache and reported, and the informer still syncs with the rest.
 #[tokio::test]
 async fn a_listed_object_that_does_not_decode_is_left_out_when_popped() {
     let server = server(false).await;
@@ -151,10 +151,30 @@ async fn a_listed_object_that_does_not_decode_is_left_out_when_popped() {
         FactoryConfig::default().cache_storage(compact()),
     );
     let informer = factory.informer::<ConfigMap>();
+    let reported = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let sink = reported.clone();
+    informer
+        .set_watch_error_handler(Arc::new(move |e| sink.lock().push(e.to_string())))
+        .unwrap();
     factory.start();
     assert!(factory.wait_for_cache_sync().await.values().all(|s| *s));
     let indexer = informer.indexer();
     assert!(indexer.get_by_key("ns-0/bad").is_none());
+    // Reported to the informer's error handler, as an undecodable item of a decoded list is,
+    // without quoting the object.
+    let reported = reported.lock().clone();
+    assert_eq!(
+        reported
+            .iter()
+            .filter(|e| e.contains("ns-0/bad") && e.contains("does not decode"))
+            .count(),
+        1,
+        "{reported:?}"
+    );
+    assert!(
+        reported.iter().all(|e| !e.contains("not a map")),
+        "{reported:?}"
+    );
     assert_eq!(indexer.len(), N);
     assert_eq!(indexer.stats().packed_from_wire, N as u64 + 1);
     assert_eq!(indexer.stats().decode_errors, 1);

@@ -12,4 +12,5 @@ mod queue;
 
 pub use delta::{DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, ListItem};
 pub use in_order::{DEFAULT_BATCH_SIZE, InOrderDelta, InOrderFifo};
+pub(crate) use queue::UnreadableReport;
 pub use queue::{DeltaFifo, FifoError, KnownObjects, TransformFn};

@@ -168,7 +168,13 @@ pub struct DeltaFifo<K> {
     /// The cache that packs listed and resynced objects while they are queued
     /// ([`with_packing`](DeltaFifo::with_packing)).
     packer: Option<Indexer<K>>,
+    /// Told of each packed object that does not decode when popped
+    /// ([`with_unreadable_report`](DeltaFifo::with_unreadable_report)).
+    unreadable: Option<UnreadableReport>,
 }
+
+/// Reports a packed object that did not decode when popped (as [`FifoError::Undecodable`]).
+pub(crate) type UnreadableReport = Arc<dyn Fn(FifoError) + Send + Sync>;
 
 struct State<K> {
     /// Invariant: a key is in `items` (with at least one delta) iff it is in `queue`.
@@ -244,7 +250,18 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
             known,
             transform: None,
             packer: None,
+            unreadable: None,
         }
+    }
+
+    /// Reports each packed object that does not decode when popped (it is left out, and its
+    /// cached version tombstoned) through `report`, called with the FIFO's lock held: the
+    /// informer passes it to its watch-error handler, as the reflector does with an
+    /// undecodable item of a decoded list.
+    #[must_use]
+    pub(crate) fn with_unreadable_report(mut self, report: UnreadableReport) -> Self {
+        self.unreadable = Some(report);
+        self
     }
 
     /// Holds listed objects (after the transform) and resync deltas packed by `cache` while they
@@ -301,6 +318,16 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                         // is unknown.
                         Err(e) => {
                             tracing::warn!(key = %key, error = %e, "listed object does not decode; its cached version is tombstoned");
+                            if let Some(report) = &self.unreadable {
+                                let error = FifoError::Undecodable {
+                                    key: key.clone(),
+                                    error: e.to_string(),
+                                };
+                                let call = std::panic::AssertUnwindSafe(|| report(error));
+                                if std::panic::catch_unwind(call).is_err() {
+                                    tracing::error!(key = %key, "the error report panicked; going on");
+                                }
+                            }
                             let obj = (kind == DeltaType::Replaced)
                                 .then(|| cache.get_by_key(key.as_str()))??;
                             Some(Delta {

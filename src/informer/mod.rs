@@ -814,9 +814,21 @@ where
         match self.inner.fifo_mode {
             FifoMode::DeltaFifo => {
                 let cache = self.inner.indexer.clone();
+                // Fixed before start, like the reflector's.
+                let handler = self.inner.state.lock().error_handler.clone();
+                let name = self.inner.name.clone();
+                let report: crate::fifo::UnreadableReport = Arc::new(move |e| {
+                    let e = crate::reflector::Error::Store(e);
+                    match &handler {
+                        Some(h) => h(&e),
+                        None => crate::reflector::default_watch_error_handler(&name, &e),
+                    }
+                });
                 self.run_with(|known, transform| {
                     // In Compact mode, listed objects wait in the FIFO compressed.
-                    let mut fifo = DeltaFifo::new(Some(known)).with_packing(cache);
+                    let mut fifo = DeltaFifo::new(Some(known))
+                        .with_packing(cache)
+                        .with_unreadable_report(report);
                     if let Some(t) = transform {
                         fifo = fifo.with_transform(t);
                     }
