@@ -11,9 +11,12 @@
 //! Flags: `--kubeconfig PATH`, or `--server URL --token TOKEN --ca-file PEM`; `--namespace NS`
 //! (default: all namespaces); `--label-selector SEL`; `--informer-resync SECONDS` (the
 //! informer's default resync period, default 0: then, as in client-go, no handler resyncs,
-//! whatever its own period); `--fifo in-order|delta` (default `delta`).
-//! The informer streams its initial list (`sendInitialEvents`), as client-go does by default
-//! since v0.35 (`WatchListClient` on).
+//! whatever its own period); `--fifo in-order|delta` (default `delta`); `--cache compact`
+//! (feature `compact`: a `CacheStorage::Compact` cache keeping no hot objects, so reads and old
+//! objects are decoded); `--list` (list and watch instead of a streaming list, so a Compact
+//! cache packs listed objects from the bytes the server sent).
+//! By default the informer streams its initial list (`sendInitialEvents`), as client-go does by
+//! default since v0.35 (`WatchListClient` on).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,6 +44,8 @@ struct Args {
     label_selector: Option<String>,
     fifo: FifoMode,
     informer_resync: Duration,
+    compact: bool,
+    list: bool,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -68,6 +73,18 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     other => return Err(format!("--fifo {other}: expected in-order or delta")),
                 }
             }
+            "--cache" => {
+                parsed.compact = match value()?.as_str() {
+                    "compact" if cfg!(feature = "compact") => true,
+                    "decoded" => false,
+                    other => {
+                        return Err(format!(
+                            "--cache {other}: expected decoded or compact (feature `compact`)"
+                        ));
+                    }
+                }
+            }
+            "--list" => parsed.list = true,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -153,13 +170,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => Api::all(client),
     };
     let lw = ApiListerWatcher::new(api).labels(args.label_selector.clone().unwrap_or_default());
-    let informer = SharedIndexInformer::new(
-        lw,
-        InformerConfig::default()
-            .fifo_mode(args.fifo)
-            .resync_period(args.informer_resync)
-            .reflector(ReflectorConfig::default().streaming_list(true)),
-    );
+    #[allow(unused_mut)]
+    let mut config = InformerConfig::default()
+        .fifo_mode(args.fifo)
+        .resync_period(args.informer_resync)
+        .reflector(ReflectorConfig::default().streaming_list(!args.list));
+    #[cfg(feature = "compact")]
+    if args.compact {
+        config = config.cache_storage(kube_informer::CacheStorage::Compact(
+            kube_informer::CompactConfig::default().hot_objects(0),
+        ));
+    }
+    #[cfg(not(feature = "compact"))]
+    let _ = args.compact; // `--cache compact` is refused without the feature.
+    let informer = SharedIndexInformer::new(lw, config);
     // Two handlers before start: no resync, and a resync every second (client-go's minimum).
     informer.add_event_handler_with_resync_period(handler("h0"), Duration::ZERO)?;
     informer.add_event_handler_with_resync_period(handler("h1"), Duration::from_secs(1))?;
