@@ -1,5 +1,5 @@
 //! Test doubles shared by the crate's unit tests: a scripted [`ListerWatcher`] that records
-//! every request.
+//! every request, and a seeded random generator.
 
 use std::{collections::VecDeque, sync::Arc};
 
@@ -15,6 +15,29 @@ use tokio::{sync::mpsc, time::Instant};
 use crate::reflector::{
     ListOptions, ListPage, ListWatchError, ListerWatcher, WatchEvent, WatchOptions, WatchStream,
 };
+
+/// A small splitmix64, so a randomised test replays exactly from its seed.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n`.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// True one time in `one_in`.
+    pub(crate) fn chance(&mut self, one_in: u64) -> bool {
+        self.below(one_in) == 0
+    }
+}
 
 /// A ConfigMap with a namespace, name, resourceVersion and one data entry.
 pub(crate) fn cm(ns: &str, name: &str, rv: &str) -> ConfigMap {

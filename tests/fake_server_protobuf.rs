@@ -118,7 +118,7 @@ impl Watch {
     }
 }
 
-fn event<K: DeserializeOwned>(frame: &[u8]) -> WatchEvent<K> {
+fn event<K: DeserializeOwned + 'static>(frame: &[u8]) -> WatchEvent<K> {
     ok(protobuf::decode_watch_frame(frame, &Projection::none()))
 }
 
@@ -231,7 +231,7 @@ fn deployment() -> Deployment {
 /// `obj` encoded (as the fake server would), then decoded with the crate's decoder.
 fn round_trip<K>(obj: &K) -> K
 where
-    K: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned,
+    K: kube::Resource<DynamicType = ()> + Serialize + DeserializeOwned + 'static,
 {
     let v = ok(serde_json::to_value(obj));
     let bytes = ok(encode::encode_object(
@@ -356,7 +356,7 @@ async fn get_is_protobuf_when_preferred() {
     let lease = ok(s.create(&lease()));
     let ev = ok(s.create(&core_event()));
     let d = ok(s.create(&deployment()));
-    async fn check<K: DeserializeOwned + PartialEq + std::fmt::Debug>(
+    async fn check<K: DeserializeOwned + 'static + PartialEq + std::fmt::Debug>(
         s: &FakeApiServer,
         path: &str,
         want: &K,

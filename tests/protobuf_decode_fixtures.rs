@@ -60,7 +60,11 @@ fn fixtures() -> Vec<(String, Vec<u8>, Vec<u8>)> {
 }
 
 /// Decodes both and asserts they are equal.
-fn same<K: DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str, pb: &[u8], json: &[u8]) {
+fn same<K: DeserializeOwned + 'static + PartialEq + std::fmt::Debug>(
+    name: &str,
+    pb: &[u8],
+    json: &[u8],
+) {
     let want: K = serde_json::from_slice(json).unwrap_or_else(|e| panic!("{name}: JSON: {e}"));
     let got: K = decode_object(pb, &Projection::none())
         .unwrap_or_else(|e| panic!("{name}: protobuf: {e}: {}", e.unredacted()));
@@ -69,7 +73,7 @@ fn same<K: DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str, pb: &[u8]
 
 /// Decodes a list both ways and asserts the pages are equal, and that the protobuf list decodes
 /// the same fed in small chunks.
-fn same_list<K: DeserializeOwned + PartialEq + std::fmt::Debug>(
+fn same_list<K: DeserializeOwned + 'static + PartialEq + std::fmt::Debug>(
     name: &str,
     pb: &[u8],
     json: &[u8],

@@ -325,7 +325,7 @@ fn json_twins_deserialize_into_k8s_openapi() {
         metadata: meta::ListMeta,
         items: Vec<Partial>,
     }
-    fn check<T: serde::de::DeserializeOwned>(name: &str) {
+    fn check<T: serde::de::DeserializeOwned + 'static>(name: &str) {
         let bytes = read(&format!("{name}.json"));
         if let Err(e) = serde_json::from_slice::<T>(&bytes) {
             panic!("{name}.json: {e}");

@@ -15,7 +15,10 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::ListMeta};
 use kube::core::{DynamicObject, PartialObjectMeta};
 use kube_informer::{
-    protobuf::{LengthPrefixFramer, ProtobufListDecoder, decode_object, decode_watch_frame},
+    protobuf::{
+        LengthPrefixFramer, ProtobufListDecoder, decode_object, decode_object_via_serde,
+        decode_watch_frame,
+    },
     reflector::{
         __fuzz::watch_event_stream,
         ListPage, WatchEvent,
@@ -297,11 +300,21 @@ pub fn protobuf_list(data: &[u8]) {
         assert_eq!(a.1, b.1, "list metadata depends on the item type");
         assert_eq!(a.1, c.1, "list metadata depends on the item type");
     }
-    let _ = decode_object::<Pod>(data, &Projection::none());
+    // The direct decoder against the serde path, the reference: whatever the reference decodes,
+    // the direct decoder decodes the same. (The direct decoder may accept more: repeated
+    // fields whose occurrences are interleaved with other fields, which protobuf allows.)
+    for p in [Projection::none(), Projection::strip_managed_fields()] {
+        if let Ok(want) = decode_object_via_serde::<Pod>(data, &p) {
+            match decode_object::<Pod>(data, &p) {
+                Ok(got) => assert_eq!(got, want, "the direct decoder differs from the serde path"),
+                Err(e) => panic!("the serde path decodes what the direct decoder refuses: {e:?}"),
+            }
+        }
+    }
     let _ = decode_object::<DynamicObject>(data, &Projection::strip_managed_fields());
 }
 
-fn protobuf_list_and_chunked<K: DeserializeOwned + serde::Serialize>(
+fn protobuf_list_and_chunked<K: DeserializeOwned + serde::Serialize + 'static>(
     data: &[u8],
 ) -> Option<(usize, ListMeta)> {
     let decode = |chunks: &[&[u8]]| {

@@ -106,7 +106,7 @@ impl<'de> de::Deserializer<'de> for MessageDeserializer<'de> {
 }
 
 /// The wire type a value of `ty` is encoded with.
-fn wire_of(ty: Type) -> WireType {
+pub(crate) fn wire_of(ty: Type) -> WireType {
     match ty {
         Type::Bool | Type::Int32 | Type::Int64 | Type::Uint32 | Type::Uint64 => WireType::Varint,
         Type::Double => WireType::Fixed64,
@@ -116,7 +116,7 @@ fn wire_of(ty: Type) -> WireType {
 }
 
 /// The value of an absent field of type `ty` (a map entry without its key or value).
-fn zero_of(ty: Type) -> Raw<'static> {
+pub(crate) fn zero_of(ty: Type) -> Raw<'static> {
     match wire_of(ty) {
         WireType::Varint => Raw::Varint(0),
         WireType::Fixed64 => Raw::Fixed64(0),
@@ -126,7 +126,7 @@ fn zero_of(ty: Type) -> Raw<'static> {
 }
 
 /// Whether a single field holding `raw` is left out, as JSON leaves it out.
-fn skipped(field: &Field, raw: Raw<'_>) -> bool {
+pub(crate) fn skipped(field: &Field, raw: Raw<'_>) -> bool {
     match (field.ty, raw) {
         // The zero time, which JSON writes as `null`.
         (Type::Time | Type::MicroTime, Raw::Len(b)) => b.is_empty(),
@@ -151,6 +151,22 @@ fn field_index(message: &Message, number: u32) -> Option<usize> {
             .binary_search_by_key(&number, |f| f.number)
             .ok(),
     }
+}
+
+/// Decodes one value of `ty` in a message of `schema` nested `depth` deep (a single field, one
+/// element of a repeated field, or one map value) as a `T`, with what `node` drops hidden: the
+/// serde path for one value, for the direct decoders' values they do not build themselves.
+// The direct decoders compile with k8s-openapi's `v1_37` alone.
+#[allow(dead_code)]
+pub(crate) fn value<'de, T: de::Deserialize<'de>>(
+    schema: &'static Schema,
+    depth: u32,
+    ty: Type,
+    raw: Raw<'de>,
+    node: Option<&crate::reflector::decode::Node>,
+) -> Result<T, Error> {
+    let value = Value::Single(Ctx { schema, depth }, ty, raw);
+    crate::reflector::decode::Hidden::new(std::marker::PhantomData::<T>, node).deserialize(value)
 }
 
 /// One message's fields in the JSON object being decoded (itself or an inline one).

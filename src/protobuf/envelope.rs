@@ -5,6 +5,7 @@ use serde::de::DeserializeOwned;
 
 use super::{
     de::MessageDeserializer,
+    direct,
     error::{Error, ErrorKind},
     schema::{BUILTIN, MessageId, Schema},
     wire::{Raw, Reader},
@@ -135,7 +136,7 @@ fn object_error(what: &'static str, e: Error) -> DecodeError {
 /// [`DecodeError`] when the body is not a protobuf object of a kind in
 /// [`BUILTIN`](super::schema::BUILTIN), or its object does not decode as `K`
 /// ([`DecodeError::protobuf_kind`] tells which).
-pub fn decode_object<K: DeserializeOwned>(
+pub fn decode_object<K: DeserializeOwned + 'static>(
     body: &[u8],
     projection: &Projection,
 ) -> Result<K, DecodeError> {
@@ -143,12 +144,58 @@ pub fn decode_object<K: DeserializeOwned>(
 }
 
 /// [`decode_object`] with the messages of `schema`.
-pub(crate) fn decode_object_in<K: DeserializeOwned>(
+pub(crate) fn decode_object_in<K: DeserializeOwned + 'static>(
     schema: &'static Schema,
     body: &[u8],
     projection: &Projection,
 ) -> Result<K, DecodeError> {
-    decode_enveloped(schema, body, "object", |de| projection.deserialize(de))
+    decode_enveloped_object(schema, body, "object", projection)
+}
+
+/// [`decode_object`] through the serde path alone, never the direct decoders: the reference
+/// the direct decoders are compared with, for differential tests, fuzzing and benchmarks.
+///
+/// # Errors
+///
+/// As [`decode_object`].
+#[doc(hidden)]
+pub fn decode_object_via_serde<K: DeserializeOwned>(
+    body: &[u8],
+    projection: &Projection,
+) -> Result<K, DecodeError> {
+    let run = || {
+        let env = envelope(body)?;
+        let id = resolve(&BUILTIN, env.api_version, env.kind)?;
+        direct::serde_path(
+            &BUILTIN,
+            env.raw,
+            id,
+            Some((env.api_version, env.kind)),
+            projection,
+        )
+    };
+    run().map_err(|e| object_error("object", e))
+}
+
+/// Parses the envelope of `body` and decodes its object as a `K`.
+pub(crate) fn decode_enveloped_object<K: DeserializeOwned + 'static>(
+    schema: &'static Schema,
+    body: &[u8],
+    what: &'static str,
+    projection: &Projection,
+) -> Result<K, DecodeError> {
+    let run = || {
+        let env = envelope(body)?;
+        let id = resolve(schema, env.api_version, env.kind)?;
+        direct::decode(
+            schema,
+            env.raw,
+            id,
+            Some((env.api_version, env.kind)),
+            projection,
+        )
+    };
+    run().map_err(|e| object_error(what, e))
 }
 
 /// Parses the envelope of `body` and hands its object's deserializer to `f`.

@@ -36,15 +36,11 @@ pub(crate) fn rfc3339(
     micro: bool,
     buf: &mut [u8; TIME_LEN],
 ) -> Option<&str> {
-    // Nanoseconds out of 0..1e9 carry into the seconds, as Go's `time.Unix` does.
-    let seconds = seconds.checked_add(nanos.div_euclid(1_000_000_000))?;
-    let nanos = nanos.rem_euclid(1_000_000_000);
+    let (seconds, nanos) = instant(seconds, nanos, micro)?;
+    let nanos = i64::from(nanos);
     let days = seconds.div_euclid(86_400);
     let of_day = seconds.rem_euclid(86_400);
     let (year, month, day) = civil_from_days(days);
-    if !(0..=9999).contains(&year) {
-        return None;
-    }
     let mut w = Writer { buf, len: 0 };
     w.digits(year, 4);
     w.byte(b'-');
@@ -64,6 +60,21 @@ pub(crate) fn rfc3339(
     w.byte(b'Z');
     let len = w.len;
     std::str::from_utf8(buf.get(..len)?).ok()
+}
+
+/// The instant [`rfc3339`] writes for `seconds` and `nanos`, as seconds and nanoseconds
+/// (`0..1e9`) since the Unix epoch: the nanoseconds truncated to microseconds with `micro`,
+/// dropped without. `None` for a year outside 0 to 9999.
+pub(crate) fn instant(seconds: i64, nanos: i64, micro: bool) -> Option<(i64, i32)> {
+    // Nanoseconds out of 0..1e9 carry into the seconds, as Go's `time.Unix` does.
+    let seconds = seconds.checked_add(nanos.div_euclid(1_000_000_000))?;
+    let nanos = nanos.rem_euclid(1_000_000_000);
+    let (year, _, _) = civil_from_days(seconds.div_euclid(86_400));
+    if !(0..=9999).contains(&year) {
+        return None;
+    }
+    let nanos = if micro { nanos / 1000 * 1000 } else { 0 };
+    Some((seconds, i32::try_from(nanos).ok()?))
 }
 
 struct Writer<'a> {

@@ -8,6 +8,7 @@ use serde::{Deserialize, de::DeserializeOwned};
 
 use super::{
     de::MessageDeserializer,
+    direct,
     envelope::{self, unknown},
     error::{Error, ErrorKind},
     schema::{BUILTIN, Card, MessageId, Schema, Type},
@@ -96,13 +97,13 @@ impl<K, T> fmt::Debug for ProtobufListDecoder<K, T> {
     }
 }
 
-impl<K: DeserializeOwned, T> Default for ProtobufListDecoder<K, T> {
+impl<K: DeserializeOwned + 'static, T> Default for ProtobufListDecoder<K, T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: DeserializeOwned, T> ProtobufListDecoder<K, T> {
+impl<K: DeserializeOwned + 'static, T> ProtobufListDecoder<K, T> {
     /// A decoder at the start of a body, for the kinds of [`BUILTIN`].
     pub fn new() -> Self {
         Self::with_schema(&BUILTIN)
@@ -212,7 +213,7 @@ impl<K: DeserializeOwned, T> ProtobufListDecoder<K, T> {
 /// # Errors
 ///
 /// As [`ProtobufListDecoder::finish`].
-pub fn decode_list_map<K: DeserializeOwned, T>(
+pub fn decode_list_map<K: DeserializeOwned + 'static, T>(
     body: &[u8],
     map: &mut dyn FnMut(K) -> T,
 ) -> Result<ListPage<T>, DecodeError> {
@@ -229,7 +230,7 @@ enum Step {
     Wait,
 }
 
-impl<K: DeserializeOwned, T> Parser<K, T> {
+impl<K: DeserializeOwned + 'static, T> Parser<K, T> {
     /// Decodes what it can of `data` (the bytes after those already consumed) and returns how
     /// many bytes it consumed. With `finished`, `data` is the rest of the body.
     fn run(
@@ -412,8 +413,7 @@ impl<K: DeserializeOwned, T> Parser<K, T> {
         item: MessageId,
         map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
     ) -> Result<(), Error> {
-        let de = MessageDeserializer::new(bytes, self.schema, item);
-        match self.projection.deserialize::<K, _>(de) {
+        match direct::decode::<K>(self.schema, bytes, item, None, &self.projection) {
             Ok(obj) => {
                 let bytes = ItemBytes {
                     bytes,

@@ -1,15 +1,21 @@
 //! Kubernetes protobuf (`application/vnd.kubernetes.protobuf`), the API server's default wire
-//! format for built-in kinds, decoded straight into k8s-openapi's types through their own
-//! `Deserialize` impls.
+//! format for built-in kinds, decoded straight into k8s-openapi's types.
 //!
 //! client-go asks for protobuf for built-in kinds (`Accept: application/vnd.kubernetes.protobuf,
 //! application/json`) and decodes it with the generated Go unmarshalers. This module reaches the
-//! same objects without generated Rust code: a [`Schema`](schema::Schema) (generated from the Go
-//! types' struct tags) tells a `serde::Deserializer` over the wire bytes the JSON name of each
-//! field and how its value is encoded, and the deserializer presents each message as the JSON
-//! object Go's `encoding/json` would write for it, so k8s-openapi's impls (and kube's
-//! `DynamicObject`, `PartialObjectMeta`, and any [`Projection`](crate::reflector::decode::Projection))
-//! see what they see in JSON:
+//! same objects two ways, over one [`Schema`](schema::Schema) (generated from the Go types' struct
+//! tags):
+//!
+//! - **directly** (module `direct`): decoders generated from the schema and k8s-openapi's own sources
+//!   build each k8s-openapi struct in place, field by field, for the kinds k8s-openapi has (with
+//!   its newest Kubernetes version feature, `v1_37`);
+//! - **through serde** (module `de`), for every other target type (kube's `DynamicObject` and
+//!   `PartialObjectMeta`, a `CustomResource`, or any type with another version feature): a
+//!   `serde::Deserializer` over the wire bytes presents each message as the JSON object Go's
+//!   `encoding/json` would write for it, so their `Deserialize` impls (and any
+//!   [`Projection`](crate::reflector::decode::Projection)) see what they see in JSON.
+//!
+//! Both give the same object, which is the one JSON gives:
 //!
 //! - fields left out of JSON (`omitempty` zeros, the zero `metav1.Time`) are left out;
 //! - `metav1.Time` and `MicroTime` become RFC 3339 strings, `Duration` Go's duration string,
@@ -24,11 +30,12 @@
 //! [`DecodeError`](crate::reflector::decode::DecodeError)s, redacted as for JSON, with a
 //! [`ErrorKind`] for the protobuf class.
 //!
-//! One module per concept: the wire reader, the deserializer, the [envelope](decode_object),
-//! [lists](ProtobufListDecoder), [watch frames](decode_watch_frame), the JSON formats of times
+//! One module per concept: the wire reader, the deserializer, the direct decoders, the
+//! [envelope](decode_object), [lists](ProtobufListDecoder), [watch frames](decode_watch_frame), the JSON formats of times
 //! and durations, and the [errors](Error).
 
 pub(crate) mod de;
+pub(crate) mod direct;
 #[cfg(feature = "testing")]
 pub mod encode;
 mod envelope;
@@ -39,7 +46,7 @@ pub mod schema;
 mod watch;
 mod wire;
 
-pub use envelope::{MAGIC, decode_object};
+pub use envelope::{MAGIC, decode_object, decode_object_via_serde};
 pub use error::{Error, ErrorKind};
 pub use list::{ProtobufListDecoder, decode_list_map};
 // For the reflector's protobuf watch, which is not wired yet.

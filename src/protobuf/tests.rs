@@ -686,7 +686,7 @@ fn list_body(items: &[Vec<u8>]) -> Vec<u8> {
     body("test/v1", "TestList", &list)
 }
 
-fn decode_list_chunks<K: DeserializeOwned>(
+fn decode_list_chunks<K: DeserializeOwned + 'static>(
     chunks: &[&[u8]],
 ) -> Result<crate::reflector::decode::ListPage<K>, DecodeError> {
     let mut decoder = ProtobufListDecoder::<K, K>::with_schema(&SCHEMA);

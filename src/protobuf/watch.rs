@@ -12,7 +12,7 @@ use serde::{
 };
 
 use super::{
-    envelope::{decode_enveloped, utf8_field},
+    envelope::{decode_enveloped, decode_enveloped_object, utf8_field},
     error::{Error, ErrorKind},
     schema::{BUILTIN, Schema},
     wire::{Raw, Reader},
@@ -159,7 +159,7 @@ fn frame_error(e: Error) -> DecodeError {
 ///
 /// [`DecodeError`] when the frame is not a protobuf watch event carrying a `K` of a kind in
 /// [`BUILTIN`].
-pub fn decode_watch_frame<K: DeserializeOwned>(
+pub fn decode_watch_frame<K: DeserializeOwned + 'static>(
     frame: &[u8],
     projection: &Projection,
 ) -> Result<WatchEvent<K>, DecodeError> {
@@ -167,7 +167,7 @@ pub fn decode_watch_frame<K: DeserializeOwned>(
 }
 
 /// [`decode_watch_frame`] with the messages of `schema`.
-pub(crate) fn decode_watch_frame_in<K: DeserializeOwned>(
+pub(crate) fn decode_watch_frame_in<K: DeserializeOwned + 'static>(
     schema: &'static Schema,
     frame: &[u8],
     projection: &Projection,
@@ -175,8 +175,20 @@ pub(crate) fn decode_watch_frame_in<K: DeserializeOwned>(
     let (name, object) = parts(frame).map_err(frame_error)?;
     let ty = EventType::from_name(name)
         .ok_or_else(|| frame_error(de::Error::unknown_variant(name, EVENT_TYPES)))?;
-    decode_enveloped(schema, object, "watch event", |de| {
-        WatchEvent::from_parts(ty, de, projection)
+    let what = "watch event";
+    Ok(match ty {
+        EventType::Added => {
+            WatchEvent::Added(decode_enveloped_object(schema, object, what, projection)?)
+        }
+        EventType::Modified => {
+            WatchEvent::Modified(decode_enveloped_object(schema, object, what, projection)?)
+        }
+        EventType::Deleted => {
+            WatchEvent::Deleted(decode_enveloped_object(schema, object, what, projection)?)
+        }
+        EventType::Bookmark | EventType::Error => decode_enveloped(schema, object, what, |de| {
+            WatchEvent::from_parts(ty, de, projection)
+        })?,
     })
 }
 

@@ -731,7 +731,7 @@ async fn decode_list_body<K, T, S>(
     mut map: impl FnMut(K, ItemBytes<'_>) -> T + Send,
 ) -> Result<ListPage<T>, ListWatchError>
 where
-    K: DeserializeOwned,
+    K: DeserializeOwned + 'static,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send,
 {
     let (idle, limit) = (options.idle_timeout, options.max_object_bytes);
@@ -765,7 +765,7 @@ enum BodyDecoder<K, T> {
     Protobuf(crate::protobuf::ProtobufListDecoder<K, T>),
 }
 
-impl<K: DeserializeOwned, T> BodyDecoder<K, T> {
+impl<K: DeserializeOwned + 'static, T> BodyDecoder<K, T> {
     fn new(format: WireFormat, projection: Projection) -> Self {
         match format {
             WireFormat::Json => Self::Json(ListDecoder::new().projection(projection)),
@@ -933,7 +933,7 @@ impl EventFramer {
         }
     }
 
-    fn decode<K: DeserializeOwned>(
+    fn decode<K: DeserializeOwned + 'static>(
         &self,
         bytes: &[u8],
         projection: &Projection,

@@ -750,17 +750,7 @@ mod tests {
         assert!(rec.values(names::UNFINISHED_WORK, "q").len() <= before + 1);
     }
 
-    /// A small splitmix64, so the randomised test replays exactly from its seed.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-    }
+    use crate::testutil::Rng;
 
     /// Several workers on a multi-thread runtime against concurrent producers: no item processed
     /// by two workers at once, no item lost (every add is followed by a processing of it),

@@ -133,7 +133,7 @@ pub fn versions<'a, K: Resource + 'a>(
 /// `key → resourceVersion` of what the server lists now (a consistent read).
 pub async fn server_versions<K>(api: &Api<K>) -> BTreeMap<String, String>
 where
-    K: Resource + Clone + DeserializeOwned + Debug,
+    K: Resource + Clone + DeserializeOwned + 'static + Debug,
 {
     let list = within("list from the server", api.list(&ListParams::default()))
         .await
@@ -341,7 +341,7 @@ impl ErrorLog {
 /// server answered them.
 pub async fn create_update_delete<K>(api: &Api<K>, obj: &K) -> (K, K)
 where
-    K: Resource + Clone + DeserializeOwned + serde::Serialize + Debug,
+    K: Resource + Clone + DeserializeOwned + 'static + serde::Serialize + Debug,
 {
     let name = obj.meta().name.clone().expect("the object has a name");
     let created = within("create", api.create(&PostParams::default(), obj))

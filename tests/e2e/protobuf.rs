@@ -57,7 +57,7 @@ async fn get(client: &Client, path: &str, accept: &str) -> (String, Bytes) {
 /// field; and the collection at `list_path` likewise, through both list decoders.
 async fn assert_same_from_both<K>(client: &Client, path: &str, list_path: &str) -> K
 where
-    K: DeserializeOwned + PartialEq + Debug,
+    K: DeserializeOwned + 'static + PartialEq + Debug,
 {
     let (ct, pb) = get(client, path, &format!("{PROTOBUF},application/json")).await;
     assert!(ct.starts_with(PROTOBUF), "{path} served as {ct}");
@@ -93,7 +93,7 @@ where
 
 async fn create<K>(api: &Api<K>, value: serde_json::Value) -> K
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static + serde::Serialize + Debug,
 {
     let obj: K = serde_json::from_value(value).expect("a valid object");
     within("create", api.create(&PostParams::default(), &obj))
@@ -103,7 +103,7 @@ where
 
 async fn patch_status<K>(api: &Api<K>, name: &str, status: serde_json::Value)
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static + Debug,
 {
     within(
         "patch status",

@@ -37,7 +37,7 @@ impl<'a> ItemBytes<'a> {
     /// # Errors
     ///
     /// The bytes do not decode as `K`; the error is redacted.
-    pub fn decode<K: DeserializeOwned>(&self) -> Result<K, DecodeError> {
+    pub fn decode<K: DeserializeOwned + 'static>(&self) -> Result<K, DecodeError> {
         self.encoding.decode(self.bytes)
     }
 }
@@ -56,7 +56,10 @@ pub(crate) enum ItemEncoding {
 
 impl ItemEncoding {
     /// Decodes `bytes`, encoded so, as a `K`.
-    pub(crate) fn decode<K: DeserializeOwned>(self, bytes: &[u8]) -> Result<K, DecodeError> {
+    pub(crate) fn decode<K: DeserializeOwned + 'static>(
+        self,
+        bytes: &[u8],
+    ) -> Result<K, DecodeError> {
         match self {
             Self::Json => serde_json::from_slice(bytes).map_err(|e| DecodeError {
                 what: "object",
@@ -64,11 +67,13 @@ impl ItemEncoding {
                 offset: None,
             }),
             Self::Protobuf { schema, message } => {
-                let de = crate::protobuf::de::MessageDeserializer::new(bytes, schema, message);
-                K::deserialize(de).map_err(|e| DecodeError {
-                    what: "object",
-                    error: Cause::Protobuf(e),
-                    offset: None,
+                let none = super::Projection::none();
+                crate::protobuf::direct::decode(schema, bytes, message, None, &none).map_err(|e| {
+                    DecodeError {
+                        what: "object",
+                        error: Cause::Protobuf(e),
+                        offset: None,
+                    }
                 })
             }
         }

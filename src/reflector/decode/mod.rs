@@ -27,6 +27,9 @@ pub use item::{ItemBytes, ListedMeta};
 pub(crate) use item::{ItemEncoding, ListedMetaOf};
 pub(crate) use list::WireListMeta;
 pub use list::{LIST_DECODER_MARGIN, ListDecoder, ListPage, decode_list, decode_list_map};
+// `Child` is for the direct protobuf decoders, which compile with k8s-openapi's `v1_37` alone.
+#[allow(unused_imports)]
+pub(crate) use projection::{Child, Hidden, Node};
 pub use projection::{Projection, ProjectionError};
 pub(crate) use watch::{EventType, undecodable_event};
 pub use watch::{

@@ -236,6 +236,13 @@ impl Projection {
         Ok(value)
     }
 
+    /// The top level of the paths; `None` when nothing is dropped.
+    // For the direct protobuf decoders, which compile with k8s-openapi's `v1_37` alone.
+    #[allow(dead_code)]
+    pub(crate) fn root(&self) -> Option<&Node> {
+        self.inner.as_deref().map(|i| &i.root)
+    }
+
     /// `seed` applied through this projection.
     pub(super) fn seed<S>(&self, seed: S) -> Hidden<'_, S> {
         Hidden {
@@ -377,14 +384,17 @@ fn field(s: &str) -> (&str, usize) {
 
 /// What happens below one value: the keys to drop or descend into when it is an object, and the
 /// node of every element when it is an array.
+/// One level of a projection's paths: the keys of an object to drop or descend into, and what
+/// to drop in each element of an array.
 #[derive(Debug, Default)]
-struct Node {
+pub(crate) struct Node {
     keys: Vec<(Box<str>, Child)>,
     elements: Option<Box<Node>>,
 }
 
+/// What a projection does at one key.
 #[derive(Debug)]
-enum Child {
+pub(crate) enum Child {
     Drop,
     Descend(Node),
 }
@@ -416,15 +426,30 @@ impl Node {
         }
     }
 
-    fn child(&self, key: &str) -> Option<&Child> {
+    /// What is done at `key` of an object at this level: `None` when no path goes through it.
+    pub(crate) fn child(&self, key: &str) -> Option<&Child> {
         self.keys.iter().find(|(k, _)| **k == *key).map(|(_, c)| c)
+    }
+
+    /// What is dropped in each element of an array at this level.
+    // For the direct protobuf decoders, which compile with k8s-openapi's `v1_37` alone.
+    #[allow(dead_code)]
+    pub(crate) fn elements(&self) -> Option<&Node> {
+        self.elements.as_deref()
     }
 }
 
 /// A seed decoded through `node` (`None`: nothing to drop below, decode directly).
-pub(super) struct Hidden<'n, S> {
+pub(crate) struct Hidden<'n, S> {
     seed: S,
     node: Option<&'n Node>,
+}
+
+impl<'n, S> Hidden<'n, S> {
+    /// `seed`, with what `node` drops hidden from it.
+    pub(crate) fn new(seed: S, node: Option<&'n Node>) -> Self {
+        Self { seed, node }
+    }
 }
 
 impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Hidden<'_, S> {

@@ -637,7 +637,7 @@ fn redacted(e: &serde_json::Error) -> String {
 
 impl<K> Compact<K>
 where
-    K: Serialize + DeserializeOwned,
+    K: Serialize + DeserializeOwned + 'static,
 {
     fn decode(&self, key: &ObjectKey, body: &Body<K>) -> Result<Arc<K>, StorageError> {
         let blob = match body {
@@ -683,7 +683,10 @@ where
     }
 }
 
-fn decode_blob<K: DeserializeOwned>(key: &ObjectKey, blob: &Blob) -> Result<Arc<K>, StorageError> {
+fn decode_blob<K: DeserializeOwned + 'static>(
+    key: &ObjectKey,
+    blob: &Blob,
+) -> Result<Arc<K>, StorageError> {
     let raw = blob.decompress().map_err(|e| StorageError::Decompress {
         key: key.clone(),
         reason: e.to_string(),
