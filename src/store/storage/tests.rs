@@ -507,6 +507,49 @@ fn the_dictionary_is_retrained_when_the_ratio_degrades() {
     assert_eq!(store.stats().decode_errors, 0);
 }
 
+/// Objects of one shape whose unique parts (names, uids, addresses) a dictionary cannot know in
+/// advance compress worse than its own samples did: that must not read as a degraded ratio.
+#[test]
+fn objects_of_one_shape_with_unique_parts_train_one_dictionary() {
+    let samples = 100;
+    let store = compact(
+        CompactConfig::default()
+            .dictionary_samples(samples)
+            .dictionary_size(16384)
+            .retrain_factor(1.5),
+    );
+    let unique = |i: usize| {
+        let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let body = format!(
+            "uid: {h:016x}-{:016x}\npodIP: 10.{}.{}.{}\nnode: node-{:05}\nimage: registry.example.com/app@sha256:{:016x}{:016x}\n",
+            h.rotate_left(17),
+            i % 251,
+            (i / 251) % 251,
+            i % 7,
+            h % 99_991,
+            h.rotate_left(29),
+            h.rotate_left(41)
+        );
+        cm(
+            "ns",
+            &format!("u-{i}"),
+            i as u64,
+            &[("app", "checkout")],
+            &[("status", body)],
+        )
+    };
+    for i in 0..samples {
+        store.add(unique(i)).unwrap();
+    }
+    wait_for_trainings(&store, 1, &unique(0));
+    for i in samples..20 * samples {
+        store.add(unique(i)).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    store.add(unique(0)).unwrap();
+    assert_eq!(store.stats().dictionary_trainings, 1, "{:?}", store.stats());
+}
+
 #[test]
 fn no_dictionary_below_the_sample_count_and_none_when_disabled() {
     let store = compact(CompactConfig::default().dictionary_samples(0));
