@@ -14,6 +14,10 @@
 //! - **get by key**, one `get_by_key` timed at a time, p50/p99: *cold* is a random key of all N
 //!   (in Compact mode almost never among the hot objects: a decode), *hot* a random key of 200
 //!   read just before (kept by the hot ring);
+//! - the last mode fills a Compact cache the way an informer does against kube-apiserver: a cold
+//!   sync from the fake API server in protobuf (its default), so the cache holds the compressed
+//!   protobuf bytes the server sent and a cold `get` is one direct protobuf decode (`S6_ONLY=...`
+//!   runs the modes whose name contains it);
 //! - **namespaced list** (`Lister::namespaced(ns).list`, 2,500 Pods: podgen spreads Pods over 20
 //!   namespaces) and **by_index returning 1,000** (an index on the Pod's ordinal / 1000), cold.
 
@@ -28,7 +32,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::Selector;
-use kube_informer::{CacheStorage, CompactConfig, Indexer, Indexers, Lister, index_fn};
+use kube_informer::{Cache, CacheStorage, CompactConfig, Indexer, Indexers, Lister, index_fn};
 use kube_informer_bench::podgen::pod_json;
 
 /// Counts live heap bytes.
@@ -83,44 +87,97 @@ fn ordinal(p: &Pod) -> usize {
         .unwrap_or(0)
 }
 
-fn run(mode: &str, storage: CacheStorage, pods: usize, samples: usize, managed: bool) {
-    let mut rng = fastrand::Rng::with_seed(11);
-    let before = LIVE.load(Relaxed);
+/// Pod `i` of the fixture, as JSON.
+fn fixture_pod(i: usize, managed: bool) -> serde_json::Value {
+    let mut v = pod_json(7, i, &(1000 + i).to_string());
+    if !managed {
+        v["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+    }
+    v
+}
+
+fn bucket() -> Indexers<Pod> {
+    Indexers::from([(
+        "bucket".to_owned(),
+        index_fn(|p: &Pod| Some((ordinal(p) / 1000).to_string())),
+    )])
+}
+
+/// A store filled by hand: each Pod decoded from its JSON, as the informer does, and handed
+/// over, so the store holds the only `Arc` (a Compact cache then holds it as compressed JSON).
+fn fill(storage: CacheStorage, pods: usize, managed: bool) -> (Cache<Pod>, Box<dyn std::any::Any>) {
     let store = Indexer::<Pod>::with_storage(storage);
-    store
-        .add_indexers(Indexers::from([(
-            "bucket".to_owned(),
-            index_fn(|p: &Pod| Some((ordinal(p) / 1000).to_string())),
-        )]))
-        .unwrap();
-    let start = Instant::now();
-    let mut keys = Vec::with_capacity(pods);
+    store.add_indexers(bucket()).unwrap();
     for i in 0..pods {
-        // Decoded from JSON, as the informer does, and handed over: the store holds the only Arc.
-        let mut v = pod_json(7, i, &(1000 + i).to_string());
-        if !managed {
-            v["metadata"]
-                .as_object_mut()
-                .unwrap()
-                .remove("managedFields");
-        }
-        let bytes = serde_json::to_vec(&v).unwrap();
-        drop(v);
+        let bytes = serde_json::to_vec(&fixture_pod(i, managed)).unwrap();
         let pod: Pod = serde_json::from_slice(&bytes).unwrap();
         let key = kube_informer::key_of(&pod).unwrap();
-        store.insert(key.clone(), Arc::new(pod));
-        keys.push(key);
+        store.insert(key, Arc::new(pod));
     }
-    let load = start.elapsed();
     // The dictionary trains on a thread; let it finish and the first objects be re-compressed,
     // as the informer's next writes would.
     std::thread::sleep(Duration::from_secs(1));
-    for key in keys.iter().take(2000) {
+    for key in store.list_keys().into_iter().take(2000) {
         if let Some(p) = store.get_by_key(key.as_str()) {
-            store.insert(key.clone(), p);
+            store.insert(key, p);
         }
     }
+    (store.reader(), Box::new(store))
+}
+
+/// An informer's cache after a cold sync from the fake API server, listed in protobuf (its
+/// default): a Compact cache keeps each Pod as the compressed protobuf bytes the server sent,
+/// as against a real kube-apiserver.
+fn listed(
+    storage: CacheStorage,
+    pods: usize,
+    managed: bool,
+) -> (Cache<Pod>, Box<dyn std::any::Any>) {
+    use kube_informer::{FactoryConfig, SharedInformerFactory, testing::FakeApiServer};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (server, factory) = rt.block_on(async {
+        let server = FakeApiServer::start_with_core().await.unwrap();
+        server.set_protobuf_supported(true);
+        for i in 0..pods {
+            server.create_value(fixture_pod(i, managed)).unwrap();
+        }
+        let factory = SharedInformerFactory::new(
+            server.client(),
+            FactoryConfig::default().cache_storage(storage),
+        );
+        factory.informer::<Pod>().add_indexers(bucket()).unwrap();
+        factory.start();
+        assert!(factory.wait_for_cache_sync().await.values().all(|s| *s));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        (server, factory)
+    });
+    let cache = factory.informer::<Pod>().indexer();
+    (cache, Box::new((factory, server, rt)))
+}
+
+fn run(
+    mode: &str,
+    storage: CacheStorage,
+    pods: usize,
+    samples: usize,
+    managed: bool,
+    from_server: bool,
+) {
+    let mut rng = fastrand::Rng::with_seed(11);
+    let before = LIVE.load(Relaxed);
+    let start = Instant::now();
+    let (store, keep) = if from_server {
+        listed(storage, pods, managed)
+    } else {
+        fill(storage, pods, managed)
+    };
+    let load = start.elapsed();
+    let keys = store.list_keys();
     let keys_bytes = (keys.capacity() * size_of::<kube_informer::ObjectKey>()) as isize;
+    // With the fake server, its copy of the Pods is counted too.
     let held = LIVE.load(Relaxed) - before - keys_bytes;
     let stats = store.stats();
     println!(
@@ -133,9 +190,15 @@ fn run(mode: &str, storage: CacheStorage, pods: usize, samples: usize, managed: 
         held as f64 / (1024.0 * 1024.0),
         held as f64 / pods as f64
     );
+    if from_server {
+        println!(
+            "  (heap includes the fake server's copy) packed from the wire: {} of {pods}",
+            stats.packed_from_wire
+        );
+    }
     if stats.encoded_bytes > 0 {
         println!(
-            "  compressed {:.0} B/Pod of {:.0} B/Pod JSON (ratio {:.1}), dictionaries trained: {}",
+            "  compressed {:.0} B/Pod of {:.0} B/Pod encoded (JSON, or protobuf as listed) (ratio {:.1}), dictionaries trained: {}",
             stats.stored_bytes as f64 / pods as f64,
             stats.encoded_bytes as f64 / pods as f64,
             stats.encoded_bytes as f64 / stats.stored_bytes.max(1) as f64,
@@ -175,7 +238,7 @@ fn run(mode: &str, storage: CacheStorage, pods: usize, samples: usize, managed: 
     report("get_by_key hot (200 keys)", hot);
     println!("  decodes: cold gets {cold_decodes}, hot gets {hot_decodes}");
 
-    let lister = Lister::new(store.reader());
+    let lister = Lister::new(store.clone());
     let everything = Selector::default();
     let reps = 10;
     let ns_list: Vec<Duration> = (0..reps)
@@ -207,6 +270,7 @@ fn run(mode: &str, storage: CacheStorage, pods: usize, samples: usize, managed: 
         .collect();
     report("by_index returning 1,000", by_index);
     drop(store);
+    drop(keep);
 }
 
 /// `s6-reads dump <path> [pods] [managed]`: the same Pods as JSON lines, for client-go's S6
@@ -247,14 +311,22 @@ fn main() {
         "size_of::<Pod>() = {} bytes (what a dead Weak would pin)",
         size_of::<Pod>()
     );
-    run("Decoded", CacheStorage::Decoded, pods, samples, managed);
+    let only = std::env::var("S6_ONLY").unwrap_or_default();
+    let want = |mode: &str| only.is_empty() || mode.contains(only.as_str());
+    if want("Decoded") {
+        run("Decoded", CacheStorage::Decoded, pods, samples, managed, false);
+    }
     for hot in [0, CompactConfig::default().hot_objects] {
-        run(
-            &format!("Compact, hot_objects {hot}"),
-            CacheStorage::Compact(CompactConfig::default().hot_objects(hot)),
-            pods,
-            samples,
-            managed,
-        );
+        let mode = format!("Compact, hot_objects {hot}");
+        if want(&mode) {
+            let storage = CacheStorage::Compact(CompactConfig::default().hot_objects(hot));
+            run(&mode, storage, pods, samples, managed, false);
+        }
+    }
+    // The cache an informer builds from a protobuf list: compressed protobuf, decoded directly.
+    let mode = "Compact, hot_objects 0, listed in protobuf";
+    if want(mode) {
+        let storage = CacheStorage::Compact(CompactConfig::default().hot_objects(0));
+        run(mode, storage, pods, samples, managed, true);
     }
 }
