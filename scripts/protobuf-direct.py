@@ -178,6 +178,7 @@ class Gen:
         self.fns = {}  # (message id, parent struct def or None) -> fn name
         self.queue = []
         self.stats = {"direct": 0, "serde": 0, "absent": 0}
+        self.absent = []
 
     def struct_of(self, mid):
         return self.by_def.get(norm_def(definition_of(self.messages[mid]["name"])))
@@ -216,7 +217,10 @@ class Gen:
             return "%d => %s(rt::len(r, w, %d, n)?, %s, p, d)?," % (num, fn, mid, out)
         got = struct["fields"].get(f["json"])
         if got is None:
+            # k8s-openapi's visitors would ignore such a key, but it more likely means this
+            # script misread k8s-openapi's source: a silent skip would drop data.
             self.stats["absent"] += 1
+            self.absent.append("%s.%s" % (self.messages[mid]["name"], f["json"]))
             return None
         rust, rty = got
         opt, cont, leaf = shape(rty)
@@ -258,8 +262,9 @@ class Gen:
             mp = "%s.get_or_insert_default()" % place if opt else "&mut %s" % place
             fn = self.leaf_message(leaf, ty)
             if fn is not None:
-                body = ("if let Some((k, v, q)) = rt::entry(r, w, %d, n, q)? { %s(v, rt::insert(%s, k), q, rt::deeper(d)?)?; }"
-                        % (mid, fn, mp))
+                # The map exists once its field occurs, even if the projection drops every entry.
+                body = ("let m = %s; if let Some((k, v, q)) = rt::entry(r, w, %d, n, q)? { %s(v, rt::insert(m, k), q, rt::deeper(d)?)?; }"
+                        % (mp, mid, fn))
             elif simple == ty and ty in ("String", "Quantity", "Bytes"):
                 body = "rt::%s_map(r, w, %d, n, q, %s)?;" % (ty.lower(), mid, mp)
             else:
@@ -335,6 +340,8 @@ class Gen:
             text, mm = self.message_fn(key)
             bodies.append((key, text))
             mismatched += mm
+        if self.absent:
+            sys.exit("schema fields without a k8s-openapi field (misparsed source?): %s" % ", ".join(self.absent))
         if mismatched:
             for mid, idx in mismatched:
                 f = self.messages[mid]["fields"][idx]

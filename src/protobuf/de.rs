@@ -134,6 +134,9 @@ pub(crate) fn skipped(field: &Field, raw: Raw<'_>) -> bool {
         (Type::Double, Raw::Fixed64(bits)) => f64::from_bits(bits) == 0.0,
         (Type::Float, Raw::Fixed32(bits)) => f32::from_bits(bits) == 0.0,
         (Type::String | Type::Bytes, Raw::Len(b)) => b.is_empty(),
+        // At the field's width, as Go truncates the varint before `omitempty` sees it.
+        #[allow(clippy::cast_possible_truncation)]
+        (Type::Int32 | Type::Uint32, Raw::Varint(v)) => v as u32 == 0,
         (_, Raw::Varint(v)) => v == 0,
         _ => false,
     }

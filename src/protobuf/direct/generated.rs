@@ -25883,8 +25883,9 @@ fn m598(b: &[u8], o: &mut k8s_openapi::api::resource::v1::CounterSet, p: P<'_>, 
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = &mut o.counters;
                 if let Some((k, v, q)) = rt::entry(r, w, 598, n, q)? {
-                    m597(v, rt::insert(&mut o.counters, k), q, rt::deeper(d)?)?;
+                    m597(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             _ => rt::skip(r, w)?,
@@ -25911,13 +25912,9 @@ fn m599(b: &[u8], o: &mut k8s_openapi::api::resource::v1::Device, p: P<'_>, d: u
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.attributes.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 599, n, q)? {
-                    m602(
-                        v,
-                        rt::insert(o.attributes.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m602(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             3 => {
@@ -25925,13 +25922,9 @@ fn m599(b: &[u8], o: &mut k8s_openapi::api::resource::v1::Device, p: P<'_>, d: u
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.capacity.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 599, n, q)? {
-                    m603(
-                        v,
-                        rt::insert(o.capacity.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m603(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             4 => {
@@ -26023,13 +26016,9 @@ fn m599(b: &[u8], o: &mut k8s_openapi::api::resource::v1::Device, p: P<'_>, d: u
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.node_allocatable_resources.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 599, n, q)? {
-                    m629(
-                        v,
-                        rt::insert(o.node_allocatable_resources.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m629(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             _ => rt::skip(r, w)?,
@@ -26541,8 +26530,9 @@ fn m612(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = &mut o.counters;
                 if let Some((k, v, q)) = rt::entry(r, w, 612, n, q)? {
-                    m597(v, rt::insert(&mut o.counters, k), q, rt::deeper(d)?)?;
+                    m597(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             3 => {
@@ -28645,13 +28635,9 @@ fn m659(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.attributes.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 659, n, q)? {
-                    m669(
-                        v,
-                        rt::insert(o.attributes.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m669(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             2 => {
@@ -28659,13 +28645,9 @@ fn m659(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.capacity.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 659, n, q)? {
-                    m670(
-                        v,
-                        rt::insert(o.capacity.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m670(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             3 => {
@@ -28757,13 +28739,9 @@ fn m659(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.node_allocatable_resources.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 659, n, q)? {
-                    m690(
-                        v,
-                        rt::insert(o.node_allocatable_resources.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m690(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             _ => rt::skip(r, w)?,
@@ -28943,8 +28921,9 @@ fn m665(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = &mut o.counters;
                 if let Some((k, v, q)) = rt::entry(r, w, 665, n, q)? {
-                    m664(v, rt::insert(&mut o.counters, k), q, rt::deeper(d)?)?;
+                    m664(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             _ => rt::skip(r, w)?,
@@ -29502,8 +29481,9 @@ fn m679(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = &mut o.counters;
                 if let Some((k, v, q)) = rt::entry(r, w, 679, n, q)? {
-                    m664(v, rt::insert(&mut o.counters, k), q, rt::deeper(d)?)?;
+                    m664(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             3 => {
@@ -30962,8 +30942,9 @@ fn m711(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = &mut o.counters;
                 if let Some((k, v, q)) = rt::entry(r, w, 711, n, q)? {
-                    m710(v, rt::insert(&mut o.counters, k), q, rt::deeper(d)?)?;
+                    m710(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             _ => rt::skip(r, w)?,
@@ -30990,13 +30971,9 @@ fn m712(b: &[u8], o: &mut k8s_openapi::api::resource::v1beta2::Device, p: P<'_>,
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.attributes.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 712, n, q)? {
-                    m715(
-                        v,
-                        rt::insert(o.attributes.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m715(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             3 => {
@@ -31004,13 +30981,9 @@ fn m712(b: &[u8], o: &mut k8s_openapi::api::resource::v1beta2::Device, p: P<'_>,
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.capacity.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 712, n, q)? {
-                    m716(
-                        v,
-                        rt::insert(o.capacity.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m716(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             4 => {
@@ -31102,13 +31075,9 @@ fn m712(b: &[u8], o: &mut k8s_openapi::api::resource::v1beta2::Device, p: P<'_>,
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.node_allocatable_resources.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 712, n, q)? {
-                    m742(
-                        v,
-                        rt::insert(o.node_allocatable_resources.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m742(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             _ => rt::skip(r, w)?,
@@ -31635,8 +31604,9 @@ fn m725(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = &mut o.counters;
                 if let Some((k, v, q)) = rt::entry(r, w, 725, n, q)? {
-                    m710(v, rt::insert(&mut o.counters, k), q, rt::deeper(d)?)?;
+                    m710(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             3 => {
@@ -37353,13 +37323,9 @@ fn m877(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.properties.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 877, n, q)? {
-                    m877(
-                        v,
-                        rt::insert(o.properties.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m877(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             30 => {
@@ -37376,13 +37342,9 @@ fn m877(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.pattern_properties.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 877, n, q)? {
-                    m877(
-                        v,
-                        rt::insert(o.pattern_properties.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m877(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             32 => {
@@ -37406,13 +37368,9 @@ fn m877(
                     rt::skip(r, w)?;
                     continue;
                 };
+                let m = o.definitions.get_or_insert_default();
                 if let Some((k, v, q)) = rt::entry(r, w, 877, n, q)? {
-                    m877(
-                        v,
-                        rt::insert(o.definitions.get_or_insert_default(), k),
-                        q,
-                        rt::deeper(d)?,
-                    )?;
+                    m877(v, rt::insert(m, k), q, rt::deeper(d)?)?;
                 }
             }
             35 => {

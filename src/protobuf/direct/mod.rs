@@ -14,10 +14,11 @@
 //! direct arm for (raw JSON, durations, the `JSONSchemaProps` unions) decode through the serde
 //! path one value at a time, so a message is never decoded halfway by each.
 //!
-//! Two differences, on input the API server does not write: a repeated field whose
-//! occurrences are not contiguous is appended to (as protobuf specifies) where the serde path
-//! refuses it, and a message field that occurs twice is the last occurrence in both, merged by
-//! neither.
+//! One difference, on input the API server does not write: the occurrences of a repeated or
+//! map field that are not contiguous (other fields between them) are all kept, as protobuf
+//! specifies, where the serde path refuses them. Anything the serde path decodes, these decode
+//! the same (the fuzzer checks it); a message field that occurs twice is its last occurrence in
+//! both.
 //!
 //! The generated code is for k8s-openapi's newest Kubernetes version (`v1_37`), whose structs
 //! it names field by field. With another version feature enabled it is left out, and every

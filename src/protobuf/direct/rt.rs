@@ -308,7 +308,8 @@ pub(super) fn first(seen: &mut [u64; 2], idx: usize) -> bool {
     first
 }
 
-/// Makes room in an empty `v` for this occurrence (just read) and the rest of its run.
+/// Makes room in an empty `v` for this occurrence (just read) and the rest of its run, up to
+/// 1 MiB of elements.
 fn reserve<T>(v: &mut Vec<T>, r: &Reader<'_>, n: u32) {
     if !v.is_empty() {
         return;
@@ -321,7 +322,9 @@ fn reserve<T>(v: &mut Vec<T>, r: &Reader<'_>, n: u32) {
             Err(_) => break,
         }
     }
-    v.reserve_exact(count);
+    // Counted before any element is checked: capped as serde caps a size hint, so a body of
+    // empty occurrences cannot ask for gigabytes of large structs up front.
+    v.reserve_exact(count.min((1 << 20) / size_of::<T>().max(1)));
 }
 
 /// A new element at the end of `v`, for the occurrence of field `n` just read: an empty `v`

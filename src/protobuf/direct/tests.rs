@@ -109,11 +109,13 @@ fn value(rng: &mut Rng, ty: Type, number: u32, depth: u32, out: &mut Vec<u8>) {
         }
         Type::Bool | Type::Int32 | Type::Int64 | Type::Uint32 | Type::Uint64 => {
             tag(out, number, 0);
-            let v = match rng.below(5) {
+            let v = match rng.below(6) {
                 0 => 0,
                 1 => 1,
                 2 => (-(rng.below(1000) as i64)) as u64,
                 3 => rng.next(),
+                // Zero once truncated to 32 bits, as Go reads an int32.
+                4 => 1 << 32,
                 _ => rng.below(100_000),
             };
             varint(out, v);
@@ -419,33 +421,64 @@ k8s_openapi::k8s_if_1_37! {
         }
     }
 
-    #[test]
-    fn nesting_is_bounded_as_in_the_serde_path() {
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    /// A CRD whose one version's `openAPIV3Schema` is the message `schema(properties_n)` builds
+    /// (given the field number of `JSONSchemaProps.properties`).
+    fn crd_with_schema(schema: impl FnOnce(u32) -> Vec<u8>) -> (MessageId, Vec<u8>) {
         let crd = resolve(&BUILTIN, "apiextensions.k8s.io/v1", "CustomResourceDefinition").unwrap();
         let (spec_n, spec) = field(crd, "spec");
         let (versions_n, version) = field(spec, "versions");
         let (schema_n, validation) = field(version, "schema");
         let (open_n, props) = field(validation, "openAPIV3Schema");
         let (properties_n, _) = field(props, "properties");
+        let mut bytes = schema(properties_n);
+        for number in [open_n, schema_n, versions_n, spec_n] {
+            let mut outer = Vec::new();
+            len(&mut outer, number, &bytes);
+            bytes = outer;
+        }
+        (crd, bytes)
+    }
+
+    /// `properties` entries: each key with the given schema bytes.
+    fn properties(properties_n: u32, entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (k, v) in entries {
+            let mut entry = Vec::new();
+            len(&mut entry, 1, k.as_bytes());
+            len(&mut entry, 2, v);
+            len(&mut out, properties_n, &entry);
+        }
+        out
+    }
+
+    #[test]
+    fn a_map_of_messages_whose_entries_are_all_dropped_is_empty_not_absent() {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let path = |k: &str| format!(r#"spec.versions[*].schema.openAPIV3Schema.properties["{k}"]"#);
+        for (keys, dropped) in [(&["a"][..], &["a"][..]), (&["a", "b"], &["a"]), (&["a", "b"], &["a", "b"])] {
+            let entries: Vec<(&str, &[u8])> = keys.iter().map(|k| (*k, &[][..])).collect();
+            let (crd, obj) = crd_with_schema(|n| properties(n, &entries));
+            let p = Projection::from_paths(dropped.iter().map(|k| path(k))).unwrap();
+            assert!(same::<CustomResourceDefinition>(crd, &obj, None, &p, &format!("{keys:?} - {dropped:?}")));
+        }
+    }
+
+    #[test]
+    fn nesting_is_bounded_as_in_the_serde_path() {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         for (depth, decodes) in [(90, true), (101, false)] {
             // properties: {"a": {properties: {"a": ...}}}, `depth` schemas deep.
-            let mut schema = Vec::new();
-            for _ in 0..depth {
-                let mut entry = Vec::new();
-                len(&mut entry, 1, b"a");
-                len(&mut entry, 2, &schema);
-                schema.clear();
-                len(&mut schema, properties_n, &entry);
-            }
-            let mut v = Vec::new();
-            len(&mut v, open_n, &schema);
-            let mut ver = Vec::new();
-            len(&mut ver, schema_n, &v);
-            let mut sp = Vec::new();
-            len(&mut sp, versions_n, &ver);
-            let mut obj = Vec::new();
-            len(&mut obj, spec_n, &sp);
+            let (crd, obj) = crd_with_schema(|n| {
+                let mut schema = Vec::new();
+                for _ in 0..depth {
+                    schema = properties(n, &[("a", &schema)]);
+                }
+                schema
+            });
+            // The direct decoders reach their limit within a test thread's 2 MiB stack, even
+            // unoptimized.
+            let direct = direct::<CustomResourceDefinition>(&BUILTIN, &obj, crd, None, &Projection::none());
+            assert_eq!(direct.is_ok(), decodes, "{depth} schemas deep");
             // The serde path's frames, unoptimized, outgrow a test thread's stack first.
             let decoded = std::thread::Builder::new()
                 .stack_size(256 << 20)

@@ -10,7 +10,8 @@
 //!   decoded).
 //! - **Retraining**: the store keeps the compression ratio of the last
 //!   `dictionary_samples` objects it compressed. When that window's ratio falls below the
-//!   ratio the dictionary reached on its own training samples divided by
+//!   ratio the dictionary reached on the samples held out of its training (every fifth)
+//!   divided by
 //!   [`CompactConfig::retrain_factor`] (objects changed shape: a rollout, a new version), the
 //!   next `dictionary_samples` objects stored are kept as samples and a new dictionary is
 //!   trained from them (windows are not counted while a training runs). If zstd cannot train a
@@ -67,15 +68,16 @@ pub struct CompactConfig {
     pub hot_objects: usize,
     /// zstd compression level. Default 3 (zstd's own default).
     pub level: i32,
-    /// How many objects a dictionary is trained from: the first ones stored, and the ones stored
-    /// after the ratio degrades. Default 250: on podgen Pods a dictionary from 250 gives 566
+    /// How many objects are sampled for a dictionary: the first ones stored, and the ones stored
+    /// after the ratio degrades. Four in five train it; every fifth is held out to measure the
+    /// ratio later windows are compared with. Default 250: on podgen Pods a dictionary from 250 gives 566
     /// bytes a Pod against 553 from 1,000, for a third of the training CPU (BENCHMARKS.md
     /// "Compact cache codec"); 0 never trains (plain zstd).
     pub dictionary_samples: usize,
     /// The dictionary's size in bytes. Default 64 KiB.
     pub dictionary_size: usize,
     /// Retrain when the compression ratio of the last `dictionary_samples` objects compressed
-    /// is worse than the dictionary's ratio on its training samples by this factor. Default 1.5.
+    /// is worse than the dictionary's ratio on its held-out samples by this factor. Default 1.5.
     pub retrain_factor: f64,
 }
 
@@ -325,7 +327,8 @@ pub(crate) struct Compact<K> {
 /// Objects compressed before the first dictionary that each write re-compresses with it.
 const RECODE_PER_WRITE: usize = 32;
 
-/// Trains a dictionary from `samples` and measures its ratio on them; `None` (logged) if zstd
+/// Trains a dictionary from four in five of `samples` and measures its ratio on the fifth (on
+/// all of them when there are fewer than five); `None` (logged) if zstd
 /// cannot train one (too few or too uniform samples): plain zstd, or the old dictionary, goes on.
 fn train_codec(
     samples: &[Vec<u8>],
