@@ -138,12 +138,23 @@ struct Codec {
     dictionary: Vec<u8>,
     /// The compression context, and the buffer it compresses into (see [`Codec::compress`]).
     compressor: Mutex<(zstd::bulk::Compressor<'static>, Vec<u8>)>,
-    /// Decompression contexts, reused: making one costs more than decompressing a Pod.
-    decompressors: Mutex<Vec<zstd::bulk::Decompressor<'static>>>,
+    /// Decompression contexts, reused: making one costs more than decompressing a Pod. Each
+    /// keeps the buffer it decompresses into (see [`Codec::decompressed`]).
+    decompressors: Mutex<Vec<(zstd::bulk::Decompressor<'static>, Vec<u8>)>>,
 }
 
 /// Decompression contexts kept per codec, beyond which they are dropped after use.
 const POOLED_DECOMPRESSORS: usize = 8;
+
+/// A pooled decompression buffer that grew past this (one very large object) is freed after use
+/// rather than kept.
+const POOLED_BUFFER_BYTES: usize = 1 << 20;
+
+#[cfg(test)]
+thread_local! {
+    /// Decompressions on this thread, for tests that count them.
+    pub(super) static DECOMPRESSIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 impl Codec {
     fn new(generation: u64, level: i32, dictionary: Vec<u8>) -> std::io::Result<Self> {
@@ -173,16 +184,35 @@ impl Codec {
         Ok(Box::from(&buf[..]))
     }
 
-    fn decompress(&self, blob: &[u8], raw_len: usize) -> std::io::Result<Vec<u8>> {
+    /// `f` of `blob` decompressed (at most `raw_len` bytes), in a pooled buffer. A fresh
+    /// buffer per object costs more than it seems: with glibc, a request of this size (a Pod is
+    /// a few KB) first consolidates every small chunk freed since, and a cold sync frees a
+    /// decoded object per object it stores.
+    fn decompressed<R>(
+        &self,
+        blob: &[u8],
+        raw_len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> std::io::Result<R> {
+        #[cfg(test)]
+        DECOMPRESSIONS.with(|n| n.set(n.get() + 1));
         let pooled = self.decompressors.lock().pop();
-        let mut d = match pooled {
-            Some(d) => d,
-            None => zstd::bulk::Decompressor::with_dictionary(&self.dictionary)?,
+        let (mut d, mut buf) = match pooled {
+            Some(pooled) => pooled,
+            None => (
+                zstd::bulk::Decompressor::with_dictionary(&self.dictionary)?,
+                Vec::new(),
+            ),
         };
-        let out = d.decompress(blob, raw_len);
+        buf.clear();
+        buf.reserve(raw_len);
+        let out = d.decompress_to_buffer(blob, &mut buf).map(|_| f(&buf));
+        if buf.capacity() > POOLED_BUFFER_BYTES {
+            buf = Vec::new();
+        }
         let mut pool = self.decompressors.lock();
         if pool.len() < POOLED_DECOMPRESSORS {
-            pool.push(d);
+            pool.push((d, buf));
         }
         out
     }
@@ -199,8 +229,20 @@ pub(crate) struct Blob {
 }
 
 impl Blob {
-    fn decompress(&self) -> std::io::Result<Vec<u8>> {
-        self.codec.decompress(&self.bytes, self.raw_len as usize)
+    /// `f` of the bytes this blob holds, decompressed (see [`Codec::decompressed`]).
+    fn decompressed<R>(&self, f: impl FnOnce(&[u8]) -> R) -> std::io::Result<R> {
+        self.codec
+            .decompressed(&self.bytes, self.raw_len as usize, f)
+    }
+
+    /// This blob's bytes compressed with `codec` instead, from `raw`, what it decompresses to.
+    fn recoded(&self, raw: &[u8], codec: &Arc<Codec>) -> std::io::Result<Blob> {
+        Ok(Blob {
+            bytes: codec.compress(raw)?,
+            raw_len: self.raw_len,
+            codec: Arc::clone(codec),
+            encoding: self.encoding,
+        })
     }
 }
 
@@ -632,13 +674,11 @@ fn not_packed_here(key: &ObjectKey) -> StorageError {
 /// `blob` compressed again with `current` (bytes to bytes: nothing is decoded); `None` (logged)
 /// keeps it as it is, still readable with the codec it holds.
 fn recode(key: &ObjectKey, blob: &Blob, current: &Arc<Codec>) -> Option<Blob> {
-    match blob.decompress().and_then(|raw| current.compress(&raw)) {
-        Ok(bytes) => Some(Blob {
-            bytes,
-            raw_len: blob.raw_len,
-            codec: Arc::clone(current),
-            encoding: blob.encoding,
-        }),
+    match blob
+        .decompressed(|raw| blob.recoded(raw, current))
+        .and_then(|recoded| recoded)
+    {
+        Ok(recoded) => Some(recoded),
         Err(e) => {
             tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed");
             None
@@ -665,7 +705,7 @@ where
             Body::Compressed(blob) => blob,
             Body::Pinned(obj) => return Ok(Arc::clone(obj)),
         };
-        let obj = decode_blob(key, blob)?;
+        let (obj, ()) = decode_blob(key, blob, |_| ())?;
         self.decodes.fetch_add(1, Relaxed);
         Ok(obj)
     }
@@ -694,32 +734,49 @@ where
         })
     }
 
-    /// Decodes a packed object for the FIFO (see [`Storage::unpack`] and [`Storage::peek`]).
-    fn unpack_blob(&self, key: &ObjectKey, blob: &Blob) -> Result<Arc<K>, StorageError> {
-        let obj = decode_blob(key, blob).inspect_err(|_| {
+    /// Decodes a packed object for the FIFO (see [`Storage::unpack`] and [`Storage::peek`]),
+    /// and gives `also` its decompressed bytes.
+    fn unpack_blob<T>(
+        &self,
+        key: &ObjectKey,
+        blob: &Blob,
+        also: impl FnOnce(&[u8]) -> T,
+    ) -> Result<(Arc<K>, T), StorageError> {
+        let out = decode_blob(key, blob, also).inspect_err(|_| {
             self.decode_errors.fetch_add(1, Relaxed);
         })?;
         self.unpacks.fetch_add(1, Relaxed);
-        Ok(obj)
+        Ok(out)
+    }
+
+    /// The codec of the first or a later trained dictionary, if there is one yet.
+    fn trained_codec(&self) -> Option<Arc<Codec>> {
+        let mut t = self.trainer.lock();
+        self.install_trained(&mut t);
+        t.current.clone().filter(|c| c.generation > 0)
     }
 }
 
-fn decode_blob<K: DeserializeOwned + 'static>(
+/// The object `blob` holds, and `also` of its decompressed bytes once they decoded.
+fn decode_blob<K: DeserializeOwned + 'static, T>(
     key: &ObjectKey,
     blob: &Blob,
-) -> Result<Arc<K>, StorageError> {
-    let raw = blob.decompress().map_err(|e| StorageError::Decompress {
+    also: impl FnOnce(&[u8]) -> T,
+) -> Result<(Arc<K>, T), StorageError> {
+    blob.decompressed(|raw| {
+        let obj = blob.encoding.decode::<K>(raw)?;
+        Ok((Arc::new(obj), also(raw)))
+    })
+    .map_err(|e| StorageError::Decompress {
         key: key.clone(),
         reason: e.to_string(),
-    })?;
-    let obj = blob
-        .encoding
-        .decode::<K>(&raw)
-        .map_err(|e| StorageError::Decode {
+    })?
+    .map_err(
+        |e: crate::reflector::decode::DecodeError| StorageError::Decode {
             key: key.clone(),
             reason: e.to_string(),
-        })?;
-    Ok(Arc::new(obj))
+        },
+    )
 }
 
 impl<K> Storage<K> for Compact<K>
@@ -863,10 +920,22 @@ where
         let super::PackedBody::Compressed(blob) = body else {
             return Err(not_packed_here(key));
         };
-        let obj = self.unpack_blob(key, &blob)?;
+        // Listed before the first dictionary was trained, and it is there now: re-compressed
+        // here from the bytes just decoded, rather than decompressed again once stored.
+        let trained = (blob.codec.generation == 0)
+            .then(|| self.trained_codec())
+            .flatten();
+        let (obj, recoded) = self.unpack_blob(key, &blob, |raw| {
+            let codec = trained?;
+            blob.recoded(raw, &codec)
+                .inspect_err(
+                    |e| tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed"),
+                )
+                .ok()
+        })?;
         self.handoff
             .lock()
-            .insert(key.clone(), (Arc::downgrade(&obj), blob));
+            .insert(key.clone(), (Arc::downgrade(&obj), recoded.unwrap_or(blob)));
         Ok(obj)
     }
 
@@ -874,7 +943,7 @@ where
         let super::PackedBody::Compressed(blob) = body else {
             return Err(not_packed_here(key));
         };
-        self.unpack_blob(key, blob)
+        self.unpack_blob(key, blob, |_| ()).map(|(obj, ())| obj)
     }
 
     fn maintain(&self, slots: &mut dyn SlotMap<CompactSlot<K>>) {

@@ -601,3 +601,74 @@ mod unreadable {
         assert_eq!(store.stats().decode_errors, 3);
     }
 }
+
+/// A cold list that reaches the FIFO before the first dictionary is trained is packed with
+/// plain zstd. Each object is then decompressed once, as it is popped: the re-compression with
+/// the dictionary that storing it needs starts from those bytes, not from a second
+/// decompression.
+#[test]
+fn a_list_packed_before_the_dictionary_is_decompressed_once_an_object() {
+    use super::{
+        Storage,
+        compact::{Compact, DECOMPRESSIONS},
+    };
+    use crate::reflector::decode::{ItemBytes, ItemEncoding};
+
+    let store = Compact::<ConfigMap>::new(
+        CompactConfig::default()
+            .hot_objects(0)
+            .dictionary_samples(100)
+            .dictionary_size(8192),
+    );
+    let pack = |o: &Arc<ConfigMap>| {
+        let key = crate::key_of(&**o).unwrap();
+        let json = serde_json::to_vec(&**o).unwrap();
+        let bytes = ItemBytes {
+            bytes: &json,
+            encoding: ItemEncoding::Json,
+        };
+        let packed = store.pack_bytes(&key, bytes).expect("packs");
+        (key, packed)
+    };
+    let objects: Vec<_> = (0..300).map(|i| shaped(0, i)).collect();
+    let packed: Vec<_> = objects.iter().map(pack).collect();
+    // The 100th sample started the training; the next compression after it ends puts the
+    // dictionary in use.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.stats().dictionary_trainings == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no dictionary trained"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        pack(&shaped(0, 1000));
+    }
+    let plain: usize = objects
+        .iter()
+        .map(|o| {
+            zstd::bulk::compress(&serde_json::to_vec(&**o).unwrap(), 3)
+                .unwrap()
+                .len()
+        })
+        .sum();
+
+    DECOMPRESSIONS.with(|n| n.set(0));
+    let mut slots = Vec::new();
+    for ((key, body), want) in packed.into_iter().zip(&objects) {
+        let obj = store.unpack(&key, body).unwrap();
+        assert_eq!(*obj, **want);
+        slots.push((key.clone(), store.store(&key, &obj), Arc::clone(want)));
+    }
+    assert_eq!(DECOMPRESSIONS.with(std::cell::Cell::get), 300);
+    let stats = store.stats();
+    assert_eq!(stats.kept_packed, 300, "{stats:?}");
+    // Stored with the dictionary, not as packed.
+    assert!(
+        (stats.stored_bytes as usize) < plain / 2,
+        "stored {} bytes, plain zstd {plain}",
+        stats.stored_bytes
+    );
+    for (key, slot, want) in &slots {
+        assert_eq!(*store.load(key, slot).unwrap(), **want);
+    }
+}
