@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # S5: cold sync of 10,000 Pods from a real kube-apiserver (TLS, token auth), client-go in its
 # default protobuf mode against kube-informer in JSON, in protobuf, and in protobuf with the
-# Compact cache, the last two also with glibc's heap top pad raised. Starts etcd + kube-apiserver on free
-# loopback ports the way tests/e2e/support.rs does, loads the seeded fixture Pods with s5-load,
-# runs both clients RUNS times interleaved and prints medians. See ../BENCHMARKS.md.
+# Compact cache, the last two also with glibc's heap top pad raised. Starts etcd +
+# kube-apiserver on free loopback ports the way tests/e2e/support.rs does, loads the seeded
+# fixture Pods with s5-load, runs the clients RUNS times interleaved and prints medians. See
+# ../BENCHMARKS.md.
 #
 # Usage: bench/s5.sh [RUNS=5] [PODS=10000]; K8S_BIN overrides the etcd/kube-apiserver directory.
 set -euo pipefail

@@ -138,12 +138,14 @@ struct Codec {
     dictionary: Vec<u8>,
     /// The compression context, and the buffer it compresses into (see [`Codec::compress`]).
     compressor: Mutex<(zstd::bulk::Compressor<'static>, Vec<u8>)>,
-    /// Decompression contexts, reused: making one costs more than decompressing a Pod. Each
-    /// keeps the buffer it decompresses into (see [`Codec::decompressed`]).
-    decompressors: Mutex<Vec<(zstd::bulk::Decompressor<'static>, Vec<u8>)>>,
+    /// Decompression contexts, reused: making one costs more than decompressing a Pod.
+    decompressors: Mutex<Vec<zstd::bulk::Decompressor<'static>>>,
+    /// Buffers to decompress into, reused (see [`Codec::decompressed`]).
+    buffers: Mutex<Vec<Vec<u8>>>,
 }
 
-/// Decompression contexts kept per codec, beyond which they are dropped after use.
+/// Decompression contexts, and buffers, kept per codec, beyond which they are dropped after
+/// use.
 const POOLED_DECOMPRESSORS: usize = 8;
 
 /// A pooled decompression buffer that grew past this (one very large object) is freed after use
@@ -167,6 +169,7 @@ impl Codec {
             dictionary,
             compressor: Mutex::new((compressor, Vec::new())),
             decompressors: Mutex::new(Vec::new()),
+            buffers: Mutex::new(Vec::new()),
         })
     }
 
@@ -184,10 +187,10 @@ impl Codec {
         Ok(Box::from(&buf[..]))
     }
 
-    /// `f` of `blob` decompressed (at most `raw_len` bytes), in a pooled buffer. A fresh
-    /// buffer per object costs more than it seems: with glibc, a request of this size (a Pod is
-    /// a few KB) first consolidates every small chunk freed since, and a cold sync frees a
-    /// decoded object per object it stores.
+    /// `f` of `blob` decompressed, which must give exactly `raw_len` bytes, in a pooled buffer.
+    /// A fresh buffer per object costs more than it seems: with glibc, a request of this size
+    /// (a Pod is a few KB) first merges the small freed chunks that wait in its fast bins, and
+    /// a cold sync frees a decoded object for each object it stores.
     fn decompressed<R>(
         &self,
         blob: &[u8],
@@ -196,23 +199,36 @@ impl Codec {
     ) -> std::io::Result<R> {
         #[cfg(test)]
         DECOMPRESSIONS.with(|n| n.set(n.get() + 1));
-        let pooled = self.decompressors.lock().pop();
-        let (mut d, mut buf) = match pooled {
-            Some(pooled) => pooled,
-            None => (
-                zstd::bulk::Decompressor::with_dictionary(&self.dictionary)?,
-                Vec::new(),
-            ),
-        };
+        let mut buf = self.buffers.lock().pop().unwrap_or_default();
         buf.clear();
         buf.reserve(raw_len);
-        let out = d.decompress_to_buffer(blob, &mut buf).map(|_| f(&buf));
-        if buf.capacity() > POOLED_BUFFER_BYTES {
-            buf = Vec::new();
+        let pooled = self.decompressors.lock().pop();
+        let mut d = match pooled {
+            Some(d) => d,
+            None => zstd::bulk::Decompressor::with_dictionary(&self.dictionary)?,
+        };
+        // The buffer may hold more than `raw_len` (a reused one, or `reserve`'s rounding), so
+        // zstd's own bound is not this object's: a blob that gives any other length is refused.
+        let n = d.decompress_to_buffer(blob, &mut buf);
+        {
+            // The context goes back before `f` runs, for other readers meanwhile.
+            let mut pool = self.decompressors.lock();
+            if pool.len() < POOLED_DECOMPRESSORS {
+                pool.push(d);
+            }
         }
-        let mut pool = self.decompressors.lock();
-        if pool.len() < POOLED_DECOMPRESSORS {
-            pool.push((d, buf));
+        let out = match n {
+            Ok(n) if n == raw_len => Ok(f(&buf)),
+            Ok(n) => Err(std::io::Error::other(format!(
+                "decompressed to {n} bytes, not the {raw_len} stored"
+            ))),
+            Err(e) => Err(e),
+        };
+        if buf.capacity() <= POOLED_BUFFER_BYTES {
+            let mut pool = self.buffers.lock();
+            if pool.len() < POOLED_DECOMPRESSORS {
+                pool.push(buf);
+            }
         }
         out
     }
@@ -990,5 +1006,33 @@ where
 
     fn name(&self) -> &'static str {
         "Compact"
+    }
+}
+
+#[cfg(test)]
+mod codec_tests {
+    use super::Codec;
+
+    /// A reused buffer is larger than the next object: its capacity must not become the bound,
+    /// so a blob that decompresses to any other length than the one stored is an error.
+    #[test]
+    fn a_blob_that_decompresses_to_another_length_than_stored_is_refused() {
+        let codec = Codec::new(0, 3, Vec::new()).unwrap();
+        let raw: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let blob = codec.compress(&raw).unwrap();
+        let big = codec.compress(&vec![1u8; 64 * 1024]).unwrap();
+        codec.decompressed(&big, 64 * 1024, |_| ()).unwrap();
+        assert_eq!(
+            codec.decompressed(&blob, 5000, <[u8]>::to_vec).unwrap(),
+            raw
+        );
+        for wrong in [0, 4999, 5001, 60_000] {
+            let e = codec.decompressed(&blob, wrong, |_| ()).unwrap_err();
+            assert!(!e.to_string().is_empty(), "{wrong}");
+        }
+        // And the pool still works after the refusals.
+        codec
+            .decompressed(&blob, 5000, |r| assert_eq!(r, &raw[..]))
+            .unwrap();
     }
 }
