@@ -15,7 +15,7 @@ use tokio::sync::{Notify, watch};
 
 use super::{
     ListItem,
-    queue::{FifoError, KnownObjects, TransformFn, transform_object},
+    queue::{FifoError, KnownObjects, TransformFn, ready_list_item, transform_object},
 };
 use crate::{
     informer::FifoMetrics,
@@ -291,21 +291,8 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
     /// [`FifoError::Key`], [`FifoError::Transform`].
     pub fn prepare_list_item(&self, obj: K) -> Result<ListItem<K>, FifoError> {
         let key = key_of(&obj)?;
-        if let Some(rv) = obj
-            .meta()
-            .resource_version
-            .as_deref()
-            .filter(|rv| !rv.is_empty())
-            && let Some(cached) = self.known.as_ref().and_then(|k| k.get_by_key(&key))
-            && cached.meta().resource_version.as_deref() == Some(rv)
-        {
-            return Ok(ListItem::Ready(cached));
-        }
-        Ok(ListItem::Ready(transform_object(
-            self.transform.as_ref(),
-            &key,
-            obj,
-        )?))
+        ready_list_item(self.known.as_ref(), self.transform.as_ref(), &key, obj)
+            .map(ListItem::Ready)
     }
 
     /// Queues one [`InOrderDelta::ReplacedAll`] with `list` (transformed). The first replace (or

@@ -90,6 +90,28 @@ pub(super) fn transform_object<K: Resource>(
         })
 }
 
+/// A listed object made ready to queue, for a FIFO that holds objects decoded: the known
+/// object when it has the listed resourceVersion (a relist then costs the cache plus what
+/// changed, and handlers see the very same object on the resync), else `obj` transformed.
+pub(super) fn ready_list_item<K: Resource>(
+    known: Option<&Arc<dyn KnownObjects<K>>>,
+    transform: Option<&TransformFn<K>>,
+    key: &ObjectKey,
+    obj: K,
+) -> Result<Arc<K>, FifoError> {
+    if let Some(rv) = obj
+        .meta()
+        .resource_version
+        .as_deref()
+        .filter(|rv| !rv.is_empty())
+        && let Some(cached) = known.and_then(|k| k.get_by_key(key))
+        && cached.meta().resource_version.as_deref() == Some(rv)
+    {
+        return Ok(cached);
+    }
+    transform_object(transform, key, obj)
+}
+
 /// Why a [`DeltaFifo`] operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FifoError {
@@ -465,29 +487,22 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     /// transform panics.
     pub fn prepare_list_item(&self, obj: K) -> Result<ListItem<K>, FifoError> {
         let key = key_of(&obj)?;
-        let rv = obj
-            .meta()
-            .resource_version
-            .as_deref()
-            .filter(|rv| !rv.is_empty());
-        if let Some(cache) = &self.packer {
-            // Compared without decoding the cached object, which stays packed until popped.
-            if rv.is_some() && cache.resource_version_of(key.as_str()).as_deref() == rv {
-                return Ok(ListItem::Packed(Packed::cached(key)));
-            }
-            let obj = self.transformed(&key, obj)?;
-            return Ok(match cache.pack(&key, &obj) {
-                Some(packed) => ListItem::Packed(packed),
-                None => ListItem::Ready(obj),
-            });
-        }
-        if let Some(rv) = rv
-            && let Some(cached) = self.known.as_ref().and_then(|k| k.get_by_key(&key))
-            && cached.meta().resource_version.as_deref() == Some(rv)
+        let Some(cache) = &self.packer else {
+            let ready = ready_list_item(self.known.as_ref(), self.transform.as_ref(), &key, obj);
+            return ready.map(ListItem::Ready);
+        };
+        // Compared without decoding the cached object, which stays packed until popped.
+        let rv = obj.meta().resource_version.as_deref();
+        if rv.is_some_and(|rv| !rv.is_empty())
+            && cache.resource_version_of(key.as_str()).as_deref() == rv
         {
-            return Ok(ListItem::Ready(cached));
+            return Ok(ListItem::Packed(Packed::cached(key)));
         }
-        Ok(ListItem::Ready(self.transformed(&key, obj)?))
+        let obj = self.transformed(&key, obj)?;
+        Ok(match cache.pack(&key, &obj) {
+            Some(packed) => ListItem::Packed(packed),
+            None => ListItem::Ready(obj),
+        })
     }
 
     /// [`prepare_list_item`](Self::prepare_list_item) for an object handed over as its bytes

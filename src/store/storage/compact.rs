@@ -690,16 +690,20 @@ fn not_packed_here(key: &ObjectKey) -> StorageError {
 /// `blob` compressed again with `current` (bytes to bytes: nothing is decoded); `None` (logged)
 /// keeps it as it is, still readable with the codec it holds.
 fn recode(key: &ObjectKey, blob: &Blob, current: &Arc<Codec>) -> Option<Blob> {
-    match blob
-        .decompressed(|raw| blob.recoded(raw, current))
-        .and_then(|recoded| recoded)
-    {
-        Ok(recoded) => Some(recoded),
-        Err(e) => {
-            tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed");
-            None
-        }
-    }
+    logged_recode(
+        key,
+        blob.decompressed(|raw| blob.recoded(raw, current))
+            .and_then(|r| r),
+    )
+}
+
+/// What a re-compression gave; a failure is logged, and the blob is then kept as it was.
+fn logged_recode(key: &ObjectKey, recoded: std::io::Result<Blob>) -> Option<Blob> {
+    recoded
+        .inspect_err(
+            |e| tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed"),
+        )
+        .ok()
 }
 
 /// A serde_json error without the object's contents: its category and position.
@@ -942,12 +946,7 @@ where
             .then(|| self.trained_codec())
             .flatten();
         let (obj, recoded) = self.unpack_blob(key, &blob, |raw| {
-            let codec = trained?;
-            blob.recoded(raw, &codec)
-                .inspect_err(
-                    |e| tracing::debug!(key = %key, error = %e, "compact cache: not re-compressed"),
-                )
-                .ok()
+            logged_recode(key, blob.recoded(raw, &trained?))
         })?;
         self.handoff
             .lock()
