@@ -18,7 +18,7 @@ use super::delta::{
 use crate::{
     panic_message,
     reflector::ReflectorStore,
-    reflector::decode::{ItemBytes, ListedMeta},
+    reflector::decode::{ItemBytes, ListedMeta, WatchedBytes},
     store::{Indexer, KeyError, ObjectKey, Packed, key_of},
 };
 
@@ -149,6 +149,12 @@ pub enum FifoError {
         /// The panic's message.
         panic: String,
     },
+}
+
+/// An object handed over as its bytes, made ready to hold ([`DeltaFifo::held_from_bytes`]).
+enum FromBytes<K> {
+    Packed(Packed),
+    Decoded(Arc<K>),
 }
 
 /// A held delta, taken out of the queue or looked at.
@@ -334,12 +340,12 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                             kind,
                             object: DeltaObject::Object(obj),
                         }),
-                        // A listed object packed from its bytes that does not decode (the
-                        // server's object does not fit `K`): as for an undecodable item of a
-                        // decoded list, the cached version goes, as a deletion whose final state
-                        // is unknown.
+                        // An object packed from the bytes the server sent (listed or watched)
+                        // that does not decode (it does not fit `K`): as for an undecodable item
+                        // of a decoded list or watch, the cached version goes, as a deletion
+                        // whose final state is unknown.
                         Err(e) => {
-                            tracing::warn!(key = %key, error = %e, "listed object does not decode; its cached version is tombstoned");
+                            tracing::warn!(key = %key, error = %e, "queued object does not decode; its cached version is tombstoned");
                             if let Some(report) = &self.unreadable {
                                 let error = FifoError::Undecodable {
                                     key: key.clone(),
@@ -350,8 +356,11 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                                     tracing::error!(key = %key, "the error report panicked; going on");
                                 }
                             }
-                            let obj = (kind == DeltaType::Replaced)
-                                .then(|| cache.get_by_key(key.as_str()))??;
+                            let from_server = matches!(
+                                kind,
+                                DeltaType::Added | DeltaType::Updated | DeltaType::Replaced
+                            );
+                            let obj = from_server.then(|| cache.get_by_key(key.as_str()))??;
                             Some(Delta {
                                 kind: DeltaType::Deleted,
                                 object: DeltaObject::DeletedFinalStateUnknown(
@@ -416,16 +425,49 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
 
     fn enqueue(&self, kind: DeltaType, obj: K) -> Result<(), FifoError> {
         let (key, obj) = self.prepare(obj)?;
+        self.enqueue_held(
+            key,
+            Held::Delta(Delta {
+                kind,
+                object: DeltaObject::Object(obj),
+            }),
+        );
+        Ok(())
+    }
+
+    fn enqueue_held(&self, key: ObjectKey, held: Held<K>) {
         let queued = {
             let mut state = self.state.lock();
             state.populated = true;
-            let queued = state.queue_action(key, kind, DeltaObject::Object(obj));
+            let queued = state.queue_held(key, held);
             self.note_synced(&state);
             queued
         };
         if queued {
             self.wake.notify_one();
         }
+    }
+
+    /// [`enqueue`](Self::enqueue) for a watched object handed over as its bytes: packed from
+    /// them, never decoded here (see [`ReflectorStore::add_bytes`]).
+    fn enqueue_bytes(&self, kind: DeltaType, object: &WatchedBytes) -> Result<(), FifoError> {
+        let key = object.meta().key()?;
+        let held = match self.held_from_bytes(key.clone(), object.meta(), object.bytes()) {
+            Ok(FromBytes::Packed(packed)) => Held::Packed(kind, packed),
+            Ok(FromBytes::Decoded(obj)) => Held::Delta(Delta {
+                kind,
+                object: DeltaObject::Object(obj),
+            }),
+            Err(e) => {
+                // Unpacked and undecodable: as for a decoded watch event whose object does not
+                // decode, the cached version goes.
+                if matches!(e, FifoError::Undecodable { .. }) {
+                    self.delete_final_state_unknown(&key);
+                }
+                return Err(e);
+            }
+        };
+        self.enqueue_held(key, held);
         Ok(())
     }
 
@@ -521,23 +563,35 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         meta: ListedMeta,
         bytes: ItemBytes<'_>,
     ) -> Result<ListItem<K>, FifoError> {
-        let key = ObjectKey::new(
-            meta.namespace.as_deref(),
-            meta.name.as_deref().unwrap_or_default(),
-        )?;
+        let key = meta.key()?;
+        Ok(match self.held_from_bytes(key, &meta, bytes)? {
+            FromBytes::Packed(packed) => ListItem::Packed(packed),
+            FromBytes::Decoded(obj) => ListItem::Ready(obj),
+        })
+    }
+
+    /// An object handed over as its bytes, made ready to hold: packed from them, or a reference
+    /// to the cached version when its resourceVersion is the one given; decoded when the bytes
+    /// cannot be packed.
+    fn held_from_bytes(
+        &self,
+        key: ObjectKey,
+        meta: &ListedMeta,
+        bytes: ItemBytes<'_>,
+    ) -> Result<FromBytes<K>, FifoError> {
         let Some(cache) = self.packer.as_ref().filter(|_| self.transform.is_none()) else {
             return Err(FifoError::Packed { key });
         };
         let rv = meta.resource_version.as_deref().filter(|rv| !rv.is_empty());
         if rv.is_some() && cache.resource_version_of(key.as_str()).as_deref() == rv {
-            return Ok(ListItem::Packed(Packed::cached(key)));
+            return Ok(FromBytes::Packed(Packed::cached(key)));
         }
         if let Some(packed) = cache.pack_bytes(&key, bytes) {
-            return Ok(ListItem::Packed(packed));
+            return Ok(FromBytes::Packed(packed));
         }
         // Not packed (no compression context): held decoded, as without packing.
         match cache.decode_bytes(&key, bytes) {
-            Ok(obj) => Ok(ListItem::Ready(obj)),
+            Ok(obj) => Ok(FromBytes::Decoded(obj)),
             Err(e) => Err(FifoError::Undecodable {
                 key,
                 error: e.to_string(),
@@ -871,8 +925,8 @@ impl<K: Resource + Send + Sync + 'static> ReflectorStore<K> for DeltaFifo<K> {
         self.prepare_list_item(obj)
     }
 
-    /// Without a transform (which needs the decoded object), a packing FIFO packs listed
-    /// objects straight from their bytes.
+    /// Without a transform (which needs the decoded object), a packing FIFO packs listed and
+    /// watched objects straight from their bytes.
     fn takes_item_bytes(&self) -> bool {
         self.packer.is_some() && self.transform.is_none()
     }
@@ -883,6 +937,14 @@ impl<K: Resource + Send + Sync + 'static> ReflectorStore<K> for DeltaFifo<K> {
         bytes: ItemBytes<'_>,
     ) -> Result<ListItem<K>, FifoError> {
         self.prepare_list_item_bytes(meta, bytes)
+    }
+
+    fn add_bytes(&self, object: &WatchedBytes) -> Result<(), FifoError> {
+        self.enqueue_bytes(DeltaType::Added, object)
+    }
+
+    fn update_bytes(&self, object: &WatchedBytes) -> Result<(), FifoError> {
+        self.enqueue_bytes(DeltaType::Updated, object)
     }
 
     fn replace(&self, items: Vec<ListItem<K>>, resource_version: &str) -> Result<(), FifoError> {
@@ -1606,5 +1668,61 @@ mod packing_tests {
             fifo.prepare_list_item(cm("a", "1")).unwrap(),
             ListItem::Ready(_)
         ));
+    }
+
+    /// A watched object handed over as its bytes (what the reflector does for a compact cache).
+    fn watched(ty: &str, o: &ConfigMap) -> WatchedBytes {
+        let line = serde_json::to_vec(&serde_json::json!({"type": ty, "object": o})).unwrap();
+        crate::reflector::decode::RawWatchEvent::json_line(line)
+            .into_changed()
+            .unwrap()
+    }
+
+    #[test]
+    fn watched_objects_handed_over_as_bytes_wait_packed_and_the_cache_keeps_them() {
+        let (fifo, cache) = packing_fifo();
+        let (a1, a2) = (cm("a", "1"), cm("a", "2"));
+        fifo.add_bytes(&watched("ADDED", &a1)).unwrap();
+        fifo.update_bytes(&watched("MODIFIED", &a2)).unwrap();
+        let stats = cache.stats();
+        assert_eq!(
+            (stats.packed_from_wire, stats.unpacks),
+            (2, 0),
+            "packed, not decoded"
+        );
+
+        // Merged under one key as decoded deltas are, and decoded as they are popped.
+        let deltas = pop_apply(&fifo, &cache);
+        let got: Vec<_> = deltas
+            .iter()
+            .map(|d| (d.kind, (**d.object.object()).clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [(DeltaType::Added, a1), (DeltaType::Updated, a2.clone())]
+        );
+        let stats = cache.stats();
+        assert_eq!((stats.unpacks, stats.kept_packed, stats.decodes), (2, 2, 0));
+        assert_eq!(*cache.get_by_key("ns/a").unwrap(), a2);
+
+        // The version already cached: a reference to it, nothing packed.
+        fifo.update_bytes(&watched("MODIFIED", &a2)).unwrap();
+        assert_eq!(cache.stats().packed_from_wire, 2);
+        let deltas = pop_apply(&fifo, &cache);
+        assert_eq!(**deltas[0].object.object(), a2);
+
+        // A FIFO without a cache that packs takes no bytes; a nameless object has no key.
+        let plain = DeltaFifo::<ConfigMap>::new(None);
+        assert!(matches!(
+            plain.update_bytes(&watched("MODIFIED", &a2)),
+            Err(FifoError::Packed { key }) if key.as_str() == "ns/a"
+        ));
+        let mut nameless = a2.clone();
+        nameless.metadata.name = None;
+        assert_eq!(
+            fifo.add_bytes(&watched("ADDED", &nameless)),
+            Err(FifoError::Key(KeyError::MissingName))
+        );
+        assert!(fifo.is_empty());
     }
 }

@@ -46,13 +46,12 @@ pub mod schema;
 mod watch;
 mod wire;
 
+pub(crate) use envelope::decode_object_in;
 pub use envelope::{MAGIC, decode_object, decode_object_via_serde};
 pub use error::{Error, ErrorKind};
 pub use list::{ProtobufListDecoder, decode_list_map};
-// For the reflector's protobuf watch, which is not wired yet.
-#[allow(unused_imports)]
-pub(crate) use watch::undecodable_frame;
 pub use watch::{LengthPrefixFramer, decode_watch_frame};
+pub(crate) use watch::{parts as watch_frame_parts, undecodable_frame};
 
 /// The media type of Kubernetes protobuf, for `Accept` and `Content-Type`.
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";

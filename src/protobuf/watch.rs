@@ -104,7 +104,7 @@ impl LengthPrefixFramer {
 }
 
 /// A frame's event type (as sent) and its object's bytes (a whole body: magic, `Unknown`).
-fn parts(frame: &[u8]) -> Result<(&str, &[u8]), Error> {
+pub(crate) fn parts(frame: &[u8]) -> Result<(&str, &[u8]), Error> {
     let (mut ty, mut object) = (None, None);
     let mut r = Reader::new(frame);
     while let Some((number, raw)) = r.field()? {
@@ -194,7 +194,6 @@ pub(crate) fn decode_watch_frame_in<K: DeserializeOwned + 'static>(
 
 /// After [`decode_watch_frame`] failed: is the frame a well-formed event whose object merely
 /// does not fit `K`? Then the watch can skip it instead of failing.
-#[allow(dead_code)]
 pub(crate) fn undecodable_frame(
     frame: &[u8],
     error: DecodeError,
@@ -202,7 +201,6 @@ pub(crate) fn undecodable_frame(
     undecodable_frame_in(&BUILTIN, frame, error)
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn undecodable_frame_in(
     schema: &'static Schema,
     frame: &[u8],

@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 
 use super::{
     decode::{
-        ItemBytes, LineFramer, ListDecoder, ListPage, ListedMetaOf, Projection, UndecodableObject,
-        WatchEvent, decode_watch_event_projected, undecodable_event,
+        ItemBytes, LineFramer, ListDecoder, ListPage, ListedMetaOf, Projection, RawWatchEvent,
+        UndecodableObject, WatchEvent, WatchItem,
     },
     error::ListWatchError,
 };
@@ -113,6 +113,10 @@ impl Default for WatchOptions {
 /// A stream of decoded watch events; it ends when the server closes the watch.
 pub type WatchStream<K> = BoxStream<'static, Result<WatchEvent<K>, ListWatchError>>;
 
+/// A stream of watch events whose added or changed objects are handed over undecoded
+/// ([`ListerWatcher::watch_raw`]); it ends when the server closes the watch.
+pub type RawWatchStream<K> = BoxStream<'static, Result<WatchItem<K>, ListWatchError>>;
+
 /// Lists and watches one kind of object (client-go's `ListerWatcher`).
 ///
 /// The reflector decides resource versions, paging and timeouts; an implementation adds what
@@ -174,6 +178,25 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// Starts a watch; resolves once the server has accepted it.
     fn watch(&self, options: WatchOptions)
     -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>>;
+
+    /// Starts a watch whose `ADDED` and `MODIFIED` objects are handed over undecoded, as
+    /// [`WatchedBytes`](super::decode::WatchedBytes) (other events are decoded). The reflector
+    /// watches through this, when it can, for a store that keeps objects in a form of its own
+    /// (the compact cache, see
+    /// [`ReflectorStore::takes_item_bytes`](super::ReflectorStore::takes_item_bytes)): a
+    /// changed object then goes to the store as the bytes the server sent, is decoded once,
+    /// when the store hands it out, and is never encoded again.
+    ///
+    /// `None` (the default) when this lister-watcher has no bytes to give; the reflector then
+    /// watches through [`watch`](Self::watch). `options.projection` is empty when this is
+    /// called.
+    fn watch_raw(
+        &self,
+        options: WatchOptions,
+    ) -> Option<BoxFuture<'_, Result<RawWatchStream<K>, ListWatchError>>> {
+        let _ = options;
+        None
+    }
 
     /// What this lists and watches, for logs: the informer's `tracing` span and its name are
     /// made from it (see the crate docs, "Logging").
@@ -596,6 +619,35 @@ impl<K> ApiListerWatcher<K> {
             .unwrap_or_default();
         Err(ListWatchError::Api(Box::new(status_from_body(code, &body))))
     }
+
+    /// Starts a watch: the response's body, and the wire format it is in.
+    async fn open_watch(
+        &self,
+        options: &WatchOptions,
+    ) -> Result<
+        (
+            impl futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
+            WireFormat,
+        ),
+        ListWatchError,
+    > {
+        let mut q = self.query(true);
+        q.pair("timeoutSeconds", &options.timeout_seconds.to_string());
+        if let Some(shard) = &options.shard_selector {
+            q.pair("shardSelector", shard);
+        }
+        if options.allow_bookmarks {
+            q.pair("allowWatchBookmarks", "true");
+        }
+        if options.send_initial_events {
+            q.pair("sendInitialEvents", "true");
+            q.pair("resourceVersionMatch", "NotOlderThan");
+        }
+        q.pair("resourceVersion", &options.resource_version);
+        let res = self.send(self.request(q.finish(), true)?).await?;
+        let format = WireFormat::of_response(&res);
+        Ok((res.into_body().into_data_stream(), format))
+    }
 }
 
 impl<K> ListerWatcher<K> for ApiListerWatcher<K>
@@ -671,22 +723,7 @@ where
         options: WatchOptions,
     ) -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>> {
         async move {
-            let mut q = self.query(true);
-            q.pair("timeoutSeconds", &options.timeout_seconds.to_string());
-            if let Some(shard) = &options.shard_selector {
-                q.pair("shardSelector", shard);
-            }
-            if options.allow_bookmarks {
-                q.pair("allowWatchBookmarks", "true");
-            }
-            if options.send_initial_events {
-                q.pair("sendInitialEvents", "true");
-                q.pair("resourceVersionMatch", "NotOlderThan");
-            }
-            q.pair("resourceVersion", &options.resource_version);
-            let res = self.send(self.request(q.finish(), true)?).await?;
-            let format = WireFormat::of_response(&res);
-            let body = res.into_body().into_data_stream();
+            let (body, format) = self.open_watch(&options).await?;
             Ok(watch_event_stream_limited::<K, _>(
                 body,
                 options.max_object_bytes,
@@ -695,6 +732,21 @@ where
             ))
         }
         .boxed()
+    }
+
+    fn watch_raw(
+        &self,
+        options: WatchOptions,
+    ) -> Option<BoxFuture<'_, Result<RawWatchStream<K>, ListWatchError>>> {
+        Some(
+            async move {
+                let (body, format) = self.open_watch(&options).await?;
+                Ok(raw_watch_stream(body, options.max_object_bytes, format)
+                    .map(|event| event.and_then(RawWatchEvent::into_item::<K>))
+                    .boxed())
+            }
+            .boxed(),
+        )
     }
 
     fn target(&self) -> ListWatchTarget {
@@ -830,13 +882,27 @@ where
     K: DeserializeOwned + Send + 'static,
     S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
 {
+    raw_watch_stream(body, limit, format)
+        .map(move |event| event.and_then(|raw| raw.decode::<K>(&projection)))
+        .boxed()
+}
+
+/// Frames a watch body into events, undecoded, as [`watch_event_stream_limited`] does before it
+/// decodes each.
+fn raw_watch_stream<S>(
+    body: S,
+    limit: usize,
+    format: WireFormat,
+) -> BoxStream<'static, Result<RawWatchEvent, ListWatchError>>
+where
+    S: futures::Stream<Item = Result<Bytes, kube::Error>> + Send + 'static,
+{
     struct State<S> {
         body: std::pin::Pin<Box<S>>,
         framer: EventFramer,
         events: std::collections::VecDeque<Vec<u8>>,
         done: bool,
         too_large: bool,
-        projection: Projection,
     }
     let state = State {
         body: Box::pin(body),
@@ -844,13 +910,12 @@ where
         events: std::collections::VecDeque::new(),
         done: false,
         too_large: false,
-        projection,
     };
     futures::stream::unfold(state, move |mut st| async move {
         loop {
             if let Some(bytes) = st.events.pop_front() {
-                let ev = st.framer.decode::<K>(&bytes, &st.projection);
-                return Some((ev, st));
+                let event = st.framer.event(bytes);
+                return Some((Ok(event), st));
             }
             if st.too_large {
                 st.too_large = false;
@@ -933,25 +998,12 @@ impl EventFramer {
         }
     }
 
-    fn decode<K: DeserializeOwned + 'static>(
-        &self,
-        bytes: &[u8],
-        projection: &Projection,
-    ) -> Result<WatchEvent<K>, ListWatchError> {
-        let (decoded, undecodable) = match self {
-            Self::Lines { .. } => (
-                decode_watch_event_projected::<K>(bytes, projection),
-                undecodable_event as fn(&[u8], _) -> _,
-            ),
-            Self::Frames(_) => (
-                crate::protobuf::decode_watch_frame::<K>(bytes, projection),
-                crate::protobuf::undecodable_frame as fn(&[u8], _) -> _,
-            ),
-        };
-        decoded.map_err(|e| match undecodable(bytes, e) {
-            Ok(u) => ListWatchError::Undecodable(Box::new(u)),
-            Err(e) => ListWatchError::Decode(e),
-        })
+    /// One framed event's bytes, as the event they are.
+    fn event(&self, bytes: Vec<u8>) -> RawWatchEvent {
+        match self {
+            Self::Lines { .. } => RawWatchEvent::json_line(bytes),
+            Self::Frames(_) => RawWatchEvent::protobuf_frame(bytes),
+        }
     }
 }
 

@@ -23,7 +23,10 @@
 //!   transition at a time; what follows each failure is one pure function (`policy::after`),
 //!   whose table is its unit test.
 //! - It writes into a [`ReflectorStore`]: the store decides how changes are kept (queued per key
-//!   by the [`DeltaFifo`], transformed, reused from the cache on a relist).
+//!   by the [`DeltaFifo`], transformed, reused from the cache on a relist). A store that keeps
+//!   objects in a form of its own ([`ReflectorStore::takes_item_bytes`], the compact cache) is
+//!   handed listed and changed objects as the bytes the server sent, undecoded, when there is no
+//!   projection and no shard.
 //! - With [`ReflectorConfig::streaming_list`], the initial state comes from a watch with
 //!   `sendInitialEvents=true` (KEP-3157) that ends at the bookmark annotated
 //!   `k8s.io/initial-events-end`, becomes one `replace`, and the same watch goes on; a server
@@ -52,11 +55,12 @@ use tokio::time::Instant;
 
 use backoff::Backoff;
 pub use backoff::{BackoffConfig, BackoffConfigError};
+use decode::WatchItem;
 pub use decode::{ListPage, Projection, ProjectionError, UndecodableObject, WatchEvent};
 pub use error::{Error, ListWatchError};
 pub use listwatch::{
     ApiListerWatcher, DEFAULT_MAX_OBJECT_BYTES, ItemSink, ListOptions, ListSummary,
-    ListWatchTarget, ListerWatcher, WatchOptions, WatchStream, WireFormat,
+    ListWatchTarget, ListerWatcher, RawWatchStream, WatchOptions, WatchStream, WireFormat,
 };
 use policy::{Next, Step, Then};
 pub use store::ReflectorStore;
@@ -291,10 +295,31 @@ enum State<K> {
 
 /// A running watch.
 struct Watching<K> {
-    stream: WatchStream<K>,
+    stream: Events<K>,
     idle: Duration,
     started: Instant,
     events: usize,
+}
+
+/// A running watch's events: decoded, or with added and changed objects undecoded, for a store
+/// that takes them as their bytes ([`ReflectorStore::takes_item_bytes`]).
+enum Events<K> {
+    Decoded(WatchStream<K>),
+    Raw(RawWatchStream<K>),
+}
+
+impl<K> Events<K> {
+    /// The next event; `None` when the watch has ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as `StreamExt::next`.
+    async fn next(&mut self) -> Option<Result<WatchItem<K>, ListWatchError>> {
+        match self {
+            Self::Decoded(s) => s.next().await.map(|r| r.map(WatchItem::Event)),
+            Self::Raw(s) => s.next().await,
+        }
+    }
 }
 
 /// Lists and watches through a [`ListerWatcher`] and writes what it sees into a
@@ -620,7 +645,7 @@ where
         // The server answers a watch's headers at once; one that does not within the start
         // timeout is as dead as a silent stream (kube sets no read timeout of its own).
         let start = self.watch_start_timeout(idle);
-        let stream = tokio::time::timeout(start, self.lw.watch(options))
+        let stream = tokio::time::timeout(start, self.open_events(options))
             .await
             .map_err(|_| Error::WatchStartTimeout(start))?
             .map_err(Error::WatchStart)?;
@@ -726,9 +751,7 @@ where
     ) -> Result<ListSummary, ListWatchError> {
         let store = &self.store;
         let shard = self.config.shard.as_ref();
-        // A store that keeps objects in its own form takes the items' bytes, undecoded, when
-        // the lister-watcher has them: nothing to project, and no shard to check per object.
-        if shard.is_none() && options.projection.is_empty() && store.takes_item_bytes() {
+        if self.store_takes_bytes() {
             let mut sink = |meta: decode::ListedMeta, bytes: decode::ItemBytes<'_>| match store
                 .list_item_bytes(meta, bytes)
             {
@@ -758,6 +781,15 @@ where
             self.report(&Error::OutOfShard(e));
         }
         Ok(summary)
+    }
+
+    /// Whether objects go to the store as their bytes, undecoded, when the lister-watcher has
+    /// them: the store keeps objects in its own form, there is nothing to project, and no shard
+    /// to check each object against.
+    fn store_takes_bytes(&self) -> bool {
+        self.config.shard.is_none()
+            && self.config.projection.is_empty()
+            && self.store.takes_item_bytes()
     }
 
     fn shard_selector(&self) -> Option<String> {
@@ -808,7 +840,7 @@ where
             projection: self.config.projection.clone(),
         };
         let start = self.watch_start_timeout(idle);
-        let mut stream = tokio::time::timeout(start, self.lw.watch(options))
+        let mut stream = tokio::time::timeout(start, self.open_events(options))
             .await
             .map_err(|_| Error::WatchStartTimeout(start))?
             .map_err(Error::WatchList)?;
@@ -826,34 +858,24 @@ where
                         ),
                     ))));
                 }
-                Ok(Some(Err(ListWatchError::Undecodable(u)))) => {
+                Ok(Some(item)) => item.map(|item| self.initial_event(item, &mut initial)),
+            };
+            let ev = match ev {
+                // A changed object, handed to the store as its bytes.
+                Ok(None) => continue,
+                Ok(Some(ev)) => ev,
+                Err(ListWatchError::Undecodable(u)) => {
                     if let Some(k) = &u.key {
                         initial.remove(k);
                     }
                     self.report(&Error::WatchList(ListWatchError::Undecodable(u)));
                     continue;
                 }
-                Ok(Some(Err(e))) => return Err(Error::WatchList(e)),
-                Ok(Some(Ok(ev))) => ev,
+                Err(e) => return Err(Error::WatchList(e)),
             };
             match ev {
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                    let key = match key_of(&o) {
-                        Ok(k) => k,
-                        Err(e) => {
-                            self.report(&Error::Store(e.into()));
-                            continue;
-                        }
-                    };
-                    match self.store.list_item(o) {
-                        Ok(item) => {
-                            initial.insert(key, item);
-                        }
-                        Err(e) => {
-                            initial.remove(&key);
-                            self.report(&Error::Store(e));
-                        }
-                    }
+                    self.collect_initial(&mut initial, key_of(&o), || self.store.list_item(o));
                 }
                 WatchEvent::Deleted(o) => {
                     if let Ok(k) = key_of(&o) {
@@ -887,6 +909,65 @@ where
         }
     }
 
+    /// One event of a streaming list's initial events: an added or changed object handed over
+    /// undecoded goes into `initial` as the store's list item made from its bytes (`None`); any
+    /// other event is the caller's.
+    fn initial_event(
+        &self,
+        item: WatchItem<K>,
+        initial: &mut HashMap<ObjectKey, S::ListItem>,
+    ) -> Option<WatchEvent<K>> {
+        match item {
+            WatchItem::Event(ev) => Some(ev),
+            WatchItem::Changed(object) => {
+                self.collect_initial(initial, object.meta().key(), || {
+                    self.store
+                        .list_item_bytes(object.meta().clone(), object.bytes())
+                });
+                None
+            }
+        }
+    }
+
+    /// Puts an initial event's object under `key` in `initial`, as the store's list item
+    /// `item` makes it; an object the store refuses is reported, and leaves `initial`.
+    fn collect_initial(
+        &self,
+        initial: &mut HashMap<ObjectKey, S::ListItem>,
+        key: Result<ObjectKey, crate::store::KeyError>,
+        item: impl FnOnce() -> Result<S::ListItem, crate::fifo::FifoError>,
+    ) {
+        let key = match key {
+            Ok(k) => k,
+            Err(e) => {
+                self.report(&Error::Store(e.into()));
+                return;
+            }
+        };
+        match item() {
+            Ok(item) => {
+                initial.insert(key, item);
+            }
+            Err(e) => {
+                initial.remove(&key);
+                self.report(&Error::Store(e));
+            }
+        }
+    }
+
+    /// Starts a watch as the store takes its events: as raw events for a store that takes
+    /// changed objects as their bytes, when the lister-watcher has them; decoded otherwise.
+    async fn open_events(&self, options: WatchOptions) -> Result<Events<K>, ListWatchError> {
+        let raw = self
+            .store_takes_bytes()
+            .then(|| self.lw.watch_raw(options.clone()))
+            .flatten();
+        match raw {
+            Some(raw) => raw.await.map(Events::Raw),
+            None => self.lw.watch(options).await.map(Events::Decoded),
+        }
+    }
+
     /// A watch event whose object does not decode as `K`: report it, drop any cached version
     /// of the object (a tombstone: its current state cannot be represented, and a relist would
     /// leave it out the same way), and move past it. Re-watching would only fetch it again,
@@ -905,7 +986,7 @@ where
     /// The `Watching` state: applies the watch's next event to the store (client-go
     /// `handleWatch`, one event at a time). `Ok(false)` when the watch ended normally.
     async fn next_event(&mut self, w: &mut Watching<K>) -> Result<bool, Error> {
-        let ev = match tokio::time::timeout(w.idle, w.stream.next()).await {
+        let received = match tokio::time::timeout(w.idle, w.stream.next()).await {
             Err(_) => return Err(Error::IdleTimeout(w.idle)),
             Ok(None) => {
                 let lasted = w.started.elapsed();
@@ -914,13 +995,26 @@ where
                 }
                 return Ok(false);
             }
-            Ok(Some(Err(ListWatchError::Undecodable(u)))) => {
-                w.events += 1;
-                self.skip_undecodable(*u);
+            Ok(Some(Err(e))) => return self.watch_failed(w, e),
+            Ok(Some(Ok(received))) => received,
+        };
+        let ev = match received {
+            WatchItem::Event(ev) => ev,
+            // An added or changed object, as the bytes the server sent.
+            WatchItem::Changed(object) => {
+                let res = if object.is_added() {
+                    self.store.add_bytes(&object)
+                } else {
+                    self.store.update_bytes(&object)
+                };
+                let rv = object
+                    .meta()
+                    .resource_version
+                    .as_deref()
+                    .unwrap_or_default();
+                self.applied(w, rv, res);
                 return Ok(true);
             }
-            Ok(Some(Err(e))) => return Err(Error::Watch(e)),
-            Ok(Some(Ok(ev))) => ev,
         };
         if let (
             Some(shard),
@@ -945,14 +1039,33 @@ where
             }
             WatchEvent::Error(status) => return Err(Error::Watch(ListWatchError::Api(status))),
         };
+        self.applied(w, &rv, res);
+        Ok(true)
+    }
+
+    /// An event was given to the store (`res` is what it answered) and the watch has reached
+    /// `rv`.
+    fn applied(&mut self, w: &mut Watching<K>, rv: &str, res: Result<(), crate::fifo::FifoError>) {
         w.events += 1;
         if let Err(e) = res {
             // An object the cache cannot hold (no name, a transform that panicked): report it;
             // the version still advances, since re-fetching would only return the same object.
             self.report(&Error::Store(e));
         }
-        self.set_last_rv(&rv);
-        Ok(true)
+        self.set_last_rv(rv);
+    }
+
+    /// The watch yielded `e` instead of an event: an object that does not decode is skipped
+    /// (the watch goes on); anything else ends the watch.
+    fn watch_failed(&mut self, w: &mut Watching<K>, e: ListWatchError) -> Result<bool, Error> {
+        match e {
+            ListWatchError::Undecodable(u) => {
+                w.events += 1;
+                self.skip_undecodable(*u);
+                Ok(true)
+            }
+            e => Err(Error::Watch(e)),
+        }
     }
 }
 

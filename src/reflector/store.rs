@@ -6,7 +6,7 @@
 //! compressed, reused from the cache on a relist) belongs to the store behind this trait.
 //! [`DeltaFifo`](crate::DeltaFifo) is one implementation.
 
-use super::decode::{ItemBytes, ListedMeta};
+use super::decode::{ItemBytes, ListedMeta, WatchedBytes};
 use crate::{fifo::FifoError, store::ObjectKey};
 
 /// What a [`Reflector`](super::Reflector) writes into.
@@ -51,10 +51,34 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// [`replace`](Self::replace) removes any cached version of it.
     fn list_item(&self, obj: K) -> Result<Self::ListItem, FifoError>;
 
-    /// Whether this store takes listed objects undecoded, through
-    /// [`list_item_bytes`](Self::list_item_bytes). The default is `false`.
+    /// Whether this store takes objects undecoded: listed ones through
+    /// [`list_item_bytes`](Self::list_item_bytes), watched ones through
+    /// [`add_bytes`](Self::add_bytes) and [`update_bytes`](Self::update_bytes). The default is
+    /// `false`.
     fn takes_item_bytes(&self) -> bool {
         false
+    }
+
+    /// A watch `ADDED` event whose object is handed over as its bytes, undecoded (only called
+    /// when [`takes_item_bytes`](Self::takes_item_bytes)), with its key and resourceVersion.
+    /// The store keeps the bytes in its own form and decodes the object when it hands it out;
+    /// an object that then does not decode is the store's to report and to drop from its cache.
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add). The default refuses every object ([`FifoError::Packed`]).
+    fn add_bytes(&self, object: &WatchedBytes) -> Result<(), FifoError> {
+        Err(refused(object.meta()))
+    }
+
+    /// A watch `MODIFIED` event whose object is handed over as its bytes, as for
+    /// [`add_bytes`](Self::add_bytes).
+    ///
+    /// # Errors
+    ///
+    /// As [`add_bytes`](Self::add_bytes).
+    fn update_bytes(&self, object: &WatchedBytes) -> Result<(), FifoError> {
+        Err(refused(object.meta()))
     }
 
     /// Prepares one listed object from its bytes, undecoded (only called when
@@ -71,12 +95,7 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
         bytes: ItemBytes<'_>,
     ) -> Result<Self::ListItem, FifoError> {
         let _ = bytes;
-        Err(FifoError::Packed {
-            key: ObjectKey::new(
-                meta.namespace.as_deref(),
-                meta.name.as_deref().unwrap_or_default(),
-            )?,
-        })
+        Err(refused(&meta))
     }
 
     /// A complete list at `resource_version`: everything not in it is gone.
@@ -103,4 +122,13 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// or it could not be held): drop any cached version of it, as a deletion whose final state
     /// is unknown.
     fn forget(&self, key: &ObjectKey);
+}
+
+/// What a store that takes no bytes answers when handed an object's bytes: the object's key
+/// with [`FifoError::Packed`], or the reason it has none.
+fn refused(meta: &ListedMeta) -> FifoError {
+    match meta.key() {
+        Ok(key) => FifoError::Packed { key },
+        Err(e) => e.into(),
+    }
 }

@@ -5,7 +5,10 @@
 use serde::{Deserialize, de::DeserializeOwned};
 
 use super::{Cause, DecodeError};
-use crate::protobuf::schema::{MessageId, Schema};
+use crate::{
+    protobuf::schema::{MessageId, Schema},
+    store::{KeyError, ObjectKey},
+};
 
 /// One listed object undecoded: its bytes as the server sent them (after the list's framing),
 /// and how to read them again. Made by the list decoders, handed to
@@ -52,6 +55,10 @@ pub(crate) enum ItemEncoding {
         schema: &'static Schema,
         message: MessageId,
     },
+    /// A whole protobuf object body of `schema`: the `k8s\0` magic and the `runtime.Unknown`
+    /// envelope that names the kind (a watch event's object). Decoded as a GET response is, so
+    /// `apiVersion` and `kind` come from the envelope as in the decoded watch event.
+    Enveloped { schema: &'static Schema },
 }
 
 impl ItemEncoding {
@@ -75,6 +82,9 @@ impl ItemEncoding {
                         offset: None,
                     }
                 })
+            }
+            Self::Enveloped { schema } => {
+                crate::protobuf::decode_object_in(schema, bytes, &super::Projection::none())
             }
         }
     }
@@ -114,6 +124,20 @@ impl<'de> Deserialize<'de> for ListedMetaOf {
                 resource_version: m.resource_version,
             }
         })))
+    }
+}
+
+impl ListedMeta {
+    /// The object's key.
+    ///
+    /// # Errors
+    ///
+    /// The name is missing or invalid.
+    pub fn key(&self) -> Result<ObjectKey, KeyError> {
+        ObjectKey::new(
+            self.namespace.as_deref(),
+            self.name.as_deref().unwrap_or_default(),
+        )
     }
 }
 

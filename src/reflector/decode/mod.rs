@@ -10,14 +10,17 @@
 //! Both apply a [`Projection`]: fields it drops are skipped by the parser, never built.
 //!
 //! One module per concept: [`list`](ListDecoder) bodies, [`watch`](WatchEvent) events, the
-//! [line framer](LineFramer) of watch bodies, the [projection](Projection), and the
-//! [errors](DecodeError), which never quote the bytes that failed.
+//! [line framer](LineFramer) of watch bodies, [undecoded watch events](RawWatchEvent) and
+//! [list items](ItemBytes) for a store that keeps objects in its own form, the
+//! [projection](Projection), and the [errors](DecodeError), which never quote the bytes that
+//! failed.
 
 mod error;
 mod framer;
 mod item;
 mod list;
 mod projection;
+mod raw;
 mod watch;
 
 pub(crate) use error::{Cause, PeekObject, redact_data_message, redacted as redacted_json};
@@ -31,6 +34,7 @@ pub use list::{LIST_DECODER_MARGIN, ListDecoder, ListPage, decode_list, decode_l
 #[allow(unused_imports)]
 pub(crate) use projection::{Child, Hidden, Node};
 pub use projection::{Projection, ProjectionError};
+pub use raw::{RawWatchEvent, WatchItem, WatchedBytes};
 pub(crate) use watch::{EventType, undecodable_event};
 pub use watch::{
     INITIAL_EVENTS_END_ANNOTATION, WatchEvent, decode_watch_event, decode_watch_event_projected,

@@ -1,5 +1,5 @@
-//! [`CacheStorage::Compact`](super::CacheStorage::Compact): each object held as zstd-compressed
-//! JSON and decoded on demand.
+//! [`CacheStorage::Compact`](super::CacheStorage::Compact): each object held zstd-compressed
+//! (as the JSON or protobuf the server sent, or encoded as JSON) and decoded on demand.
 //!
 //! - **Encoding and compression**, chosen by measurement (BENCHMARKS.md "Compact cache codec"):
 //!   JSON (what the server sent, after the transform) compressed by zstd with a dictionary
@@ -19,10 +19,11 @@
 //!   was compressed with (held by an `Arc`) until it is written again, so retraining never
 //!   re-compresses the whole cache under the lock.
 //! - **A cold list waits compressed**: the DeltaFIFO has each listed object packed here as
-//!   soon as it is decoded ([`Storage::pack`]: the same encoding and codec as a slot), holds the
+//!   soon as it is decoded ([`Storage::pack`]: the same encoding and codec as a slot), or straight
+//!   from the bytes the server sent when nothing changes the object on its way, holds the
 //!   blob while it is queued, and decodes it as it is popped; the slot then takes that very blob
 //!   (a hand-off keyed by the popped `Arc`), so a sync encodes and compresses each object once
-//!   and never holds the whole list decoded.
+//!   and never holds the whole list decoded. Objects of watch events take the same path.
 //! - **Sharing**: each slot keeps a `Weak` of the last decoded (or stored) object, so an object
 //!   still held by the FIFO, a handler or a reader comes back without decoding; a ring of the
 //!   last [`CompactConfig::hot_objects`] objects stored, read while held, or decoded twice in a
@@ -368,8 +369,9 @@ pub(crate) struct Compact<K> {
     sweep: Mutex<VecDeque<ObjectKey>>,
     /// Blobs of objects the FIFO has just decoded from what [`Storage::pack`] made, by key, until
     /// the store takes them (the `Weak` tells that it is storing that very object, and keeps
-    /// its address from being reused meanwhile).
-    handoff: Mutex<std::collections::HashMap<ObjectKey, (Weak<K>, Blob)>>,
+    /// its address from being reused meanwhile). Several per key when one pop hands out
+    /// several packed deltas of the key (an add and the updates after it), stored in turn.
+    handoff: Mutex<std::collections::HashMap<ObjectKey, Vec<(Weak<K>, Blob)>>>,
     decodes: AtomicU64,
     decode_errors: AtomicU64,
     packed: AtomicU64,
@@ -642,10 +644,20 @@ impl<K> Compact<K> {
     /// The blob the FIFO handed over for `obj` under `key` (see [`Storage::pack`]), if it is
     /// this very object; re-compressed with the first dictionary if that came meanwhile.
     fn take_handoff(&self, key: &ObjectKey, obj: &Arc<K>) -> Option<Blob> {
-        let (weak, blob) = self.handoff.lock().remove(key)?;
-        if !std::ptr::eq(weak.as_ptr(), Arc::as_ptr(obj)) {
-            return None;
-        }
+        let blob = {
+            let mut handoff = self.handoff.lock();
+            let entries = handoff.get_mut(key)?;
+            let at = entries
+                .iter()
+                .position(|(weak, _)| std::ptr::eq(weak.as_ptr(), Arc::as_ptr(obj)));
+            let taken = at.map(|at| entries.remove(at).1);
+            // Objects handed out but never stored (dropped since) leave with them.
+            entries.retain(|(weak, _)| weak.strong_count() > 0);
+            if entries.is_empty() {
+                handoff.remove(key);
+            }
+            taken?
+        };
         self.kept_packed.fetch_add(1, Relaxed);
         if blob.codec.generation != 0 {
             return Some(blob);
@@ -920,7 +932,7 @@ where
                 Some(super::PackedBody::Compressed(blob))
             }
             Err(reason) => {
-                tracing::debug!(key = %key, reason, "compact cache: listed object not packed");
+                tracing::debug!(key = %key, reason, "compact cache: object not packed");
                 None
             }
         }
@@ -948,9 +960,11 @@ where
         let (obj, recoded) = self.unpack_blob(key, &blob, |raw| {
             logged_recode(key, blob.recoded(raw, &trained?))
         })?;
-        self.handoff
-            .lock()
-            .insert(key.clone(), (Arc::downgrade(&obj), recoded.unwrap_or(blob)));
+        let mut handoff = self.handoff.lock();
+        let entries = handoff.entry(key.clone()).or_default();
+        entries.retain(|(weak, _)| weak.strong_count() > 0);
+        entries.push((Arc::downgrade(&obj), recoded.unwrap_or(blob)));
+        drop(handoff);
         Ok(obj)
     }
 

@@ -37,8 +37,8 @@ pub enum CacheStorage {
     /// what client-go does). Fastest reads; a decoded k8s-openapi `Pod` holds ~54 KB of heap.
     #[default]
     Decoded,
-    /// Each object held compressed (listed objects as the bytes the server sent, JSON or
-    /// protobuf; others as JSON) and decoded on demand; decoded objects are shared
+    /// Each object held compressed (listed and watched objects as the bytes the server sent,
+    /// JSON or protobuf; transformed or projected ones as JSON) and decoded on demand; decoded objects are shared
     /// while anyone holds them, and a bounded set of recently used ones is kept (see
     /// [`CompactConfig`]). A fraction of the memory for caches read less often than they change.
     #[cfg(feature = "compact")]
@@ -63,8 +63,8 @@ pub struct CacheStats {
     pub encoded_bytes: u64,
     /// How many compression dictionaries were trained (the first one and every retraining).
     pub dictionary_trainings: u64,
-    /// Listed objects packed for the FIFO (a cold list held compressed until popped, see
-    /// [`Packed`]).
+    /// Listed and watched objects packed for the FIFO (a cold list held compressed until
+    /// popped, see [`Packed`]).
     pub packed: u64,
     /// Of those, objects packed straight from the bytes the server sent (never decoded before
     /// they were popped, never encoded by the cache).
