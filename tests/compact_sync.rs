@@ -65,6 +65,15 @@ fn assert_equals_server(server: &FakeApiServer, factory: &SharedInformerFactory)
     }
 }
 
+/// Whether every request of `verb` was answered in protobuf (`protobuf`) or in JSON.
+fn all_served(server: &FakeApiServer, verb: Verb, protobuf: bool) -> bool {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == verb)
+        .all(|r| r.served_protobuf() == protobuf)
+}
+
 #[tokio::test]
 async fn a_cold_sync_keeps_the_bytes_the_server_sent_in_both_encodings() {
     for protobuf in [true, false] {
@@ -90,13 +99,7 @@ async fn a_cold_sync_keeps_the_bytes_the_server_sent_in_both_encodings() {
         assert_eq!(stats.decodes, 0, "protobuf {protobuf}: nothing read yet");
         assert!(stats.dictionary_trainings <= 1);
         assert_equals_server(&server, &factory);
-        assert!(
-            server
-                .requests()
-                .iter()
-                .filter(|r| r.verb == Verb::List)
-                .all(|r| r.served_protobuf() == protobuf)
-        );
+        assert!(all_served(&server, Verb::List, protobuf));
         factory.shutdown().await;
     }
 }
@@ -321,13 +324,7 @@ async fn watched_objects_are_packed(streaming: bool) {
         want.sort();
         got.sort();
         assert_eq!(got, want, "protobuf {protobuf}");
-        assert!(
-            server
-                .requests()
-                .iter()
-                .filter(|r| r.verb == Verb::Watch)
-                .all(|r| r.served_protobuf() == protobuf)
-        );
+        assert!(all_served(&server, Verb::Watch, protobuf));
         factory.shutdown().await;
     }
 }

@@ -332,18 +332,33 @@ fn protobuf_rows(env: &Env, n: usize, m: usize, out: &mut String) {
             INFORMER,
             with(&watch, &["--wire", "protobuf", "--project", "true"]),
         ),
+        (
+            "kube-informer, JSON, Compact cache",
+            INFORMER,
+            with(&watch, &["--wire", "json", "--cache", "compact"]),
+        ),
+        (
+            "kube-informer, protobuf, Compact cache",
+            INFORMER,
+            with(&watch, &["--wire", "protobuf", "--cache", "compact"]),
+        ),
         ("client-go, JSON", GO, with(&watch, &[])),
         ("client-go, protobuf", GO, with(&watch, &["--protobuf", "true"])),
     ];
     let all = measure(env, &clients);
     out.push_str(&format!(
-        "\n### S2 in protobuf: M = {m} MODIFIED events (after a list of {n}), bursts of 1,000 per chunk once synced\n\n| client | events/s to the handler | CPU per event (µs) | CPU/event ÷ client-go protobuf |\n|---|---|---|---|\n"
+        "\n### S2 in protobuf: M = {m} MODIFIED events (after a list of {n}), bursts of 1,000 per chunk once synced\n\n| client | events/s to the handler | CPU per event (µs) | CPU/event ÷ client-go protobuf | compressed bytes per cached Pod after the events |\n|---|---|---|---|---|\n"
     ));
     let go_cpe = med(&all, "client-go, protobuf", "cpu_per_event_us");
-    for (label, _, _) in &clients {
+    for (label, _, args) in &clients {
         let cpe = med(&all, label, "cpu_per_event_us");
+        let stored = if args.iter().any(|a| a == "compact") {
+            format!("{:.0}", med(&all, label, "stored_b_per_obj"))
+        } else {
+            "—".to_owned()
+        };
         out.push_str(&format!(
-            "| {label} | {:.0} | {cpe:.2} | {} |\n",
+            "| {label} | {:.0} | {cpe:.2} | {} | {stored} |\n",
             med(&all, label, "events_per_s"),
             ratio(cpe, go_cpe),
         ));
