@@ -97,8 +97,9 @@ impl<K> Clone for Delta<K> {
 /// The changes queued for one key, oldest first (client-go's `Deltas`).
 pub type Deltas<K> = Vec<Delta<K>>;
 
-/// A delta as a FIFO holds it while queued: decoded, or (a listed or resynced object, when the
-/// cache keeps objects in a form of its own) [`Packed`], decoded when the FIFO hands it out.
+/// A delta as a FIFO holds it while queued: decoded, or (a listed, watched or resynced object,
+/// when the cache keeps objects in a form of its own) [`Packed`], decoded when the FIFO hands
+/// it out.
 pub(super) enum Held<K> {
     Delta(Delta<K>),
     Packed(DeltaType, Packed),

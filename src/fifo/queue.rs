@@ -322,60 +322,82 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     }
 
     /// Held deltas as handed out: packed ones decoded (and their bytes passed to the cache, for
-    /// `take`), or copies (for a look at the queue). One that does not decode is logged and left
-    /// out: it cannot happen unless memory is corrupted, since the cache packed it itself.
+    /// `take`), or copies (for a look at the queue). A packed object taken out that does not
+    /// decode (the server's bytes do not fit `K`) becomes a tombstone of its key; one looked at
+    /// is logged and left out.
     fn deltas_of<'a>(&self, held: impl IntoIterator<Item = HeldRef<'a, K>>) -> Deltas<K>
     where
         K: 'a,
     {
-        held.into_iter()
-            .filter_map(|h| match h {
+        // The newest object handed out so far, for the tombstone of one that does not decode.
+        let mut newest: Option<Arc<K>> = None;
+        let mut deltas = Vec::new();
+        for h in held {
+            let delta = match h {
                 HeldRef::Owned(Held::Delta(d)) => Some(d),
                 HeldRef::Borrowed(Held::Delta(d)) => Some(d.clone()),
                 HeldRef::Owned(Held::Packed(kind, packed)) => {
-                    let cache = self.packer.as_ref()?;
-                    let key = packed.key().clone();
-                    match cache.unpack(packed) {
-                        Ok(obj) => Some(Delta {
-                            kind,
-                            object: DeltaObject::Object(obj),
-                        }),
-                        // An object packed from the bytes the server sent (listed or watched)
-                        // that does not decode (it does not fit `K`): as for an undecodable item
-                        // of a decoded list or watch, the cached version goes, as a deletion
-                        // whose final state is unknown.
-                        Err(e) => {
-                            tracing::warn!(key = %key, error = %e, "queued object does not decode; its cached version is tombstoned");
-                            if let Some(report) = &self.unreadable {
-                                let error = FifoError::Undecodable {
-                                    key: key.clone(),
-                                    error: e.to_string(),
-                                };
-                                let call = std::panic::AssertUnwindSafe(|| report(error));
-                                if std::panic::catch_unwind(call).is_err() {
-                                    tracing::error!(key = %key, "the error report panicked; going on");
-                                }
-                            }
-                            let from_server = matches!(
-                                kind,
-                                DeltaType::Added | DeltaType::Updated | DeltaType::Replaced
-                            );
-                            let obj = from_server.then(|| cache.get_by_key(key.as_str()))??;
-                            Some(Delta {
-                                kind: DeltaType::Deleted,
-                                object: DeltaObject::DeletedFinalStateUnknown(
-                                    DeletedFinalStateUnknown { key, obj },
-                                ),
-                            })
-                        }
-                    }
+                    self.unpacked(kind, packed, newest.as_ref())
                 }
-                HeldRef::Borrowed(Held::Packed(kind, packed)) => Some(Delta {
-                    kind: *kind,
-                    object: DeltaObject::Object(self.peek(packed)?),
-                }),
-            })
-            .collect()
+                HeldRef::Borrowed(Held::Packed(kind, packed)) => {
+                    self.peek(packed).map(|obj| Delta {
+                        kind: *kind,
+                        object: DeltaObject::Object(obj),
+                    })
+                }
+            };
+            if let Some(d) = delta {
+                newest = Some(Arc::clone(d.object.object()));
+                deltas.push(d);
+            }
+        }
+        deltas
+    }
+
+    /// A packed delta taken out of the queue, decoded (and its bytes passed to the cache).
+    fn unpacked(
+        &self,
+        kind: DeltaType,
+        packed: Packed,
+        newest: Option<&Arc<K>>,
+    ) -> Option<Delta<K>> {
+        let cache = self.packer.as_ref()?;
+        let key = packed.key().clone();
+        let e = match cache.unpack(packed) {
+            Ok(obj) => {
+                return Some(Delta {
+                    kind,
+                    object: DeltaObject::Object(obj),
+                });
+            }
+            Err(e) => e,
+        };
+        // An object packed from the bytes the server sent (listed or watched) that does not
+        // decode (it does not fit `K`): as for an undecodable item of a decoded list or watch, the
+        // key goes, as a deletion whose final state is unknown, with the newest object of the key
+        // handed out before it, else the cached one (client-go `DeltaFIFO.Replace` and the
+        // reflector's tombstones take the newest queued object too).
+        tracing::warn!(key = %key, error = %e, "queued object does not decode; its key is tombstoned");
+        if let Some(report) = &self.unreadable {
+            let error = FifoError::Undecodable {
+                key: key.clone(),
+                error: e.to_string(),
+            };
+            let call = std::panic::AssertUnwindSafe(|| report(error));
+            if std::panic::catch_unwind(call).is_err() {
+                tracing::error!(key = %key, "the error report panicked; going on");
+            }
+        }
+        let from_server = matches!(
+            kind,
+            DeltaType::Added | DeltaType::Updated | DeltaType::Replaced
+        );
+        let obj =
+            from_server.then(|| newest.cloned().or_else(|| cache.get_by_key(key.as_str())))??;
+        Some(Delta {
+            kind: DeltaType::Deleted,
+            object: DeltaObject::DeletedFinalStateUnknown(DeletedFinalStateUnknown { key, obj }),
+        })
     }
 
     /// Publishes `has_synced` once it turns true; call with the state lock held, after a change.
@@ -1671,7 +1693,7 @@ mod packing_tests {
     }
 
     /// A watched object handed over as its bytes (what the reflector does for a compact cache).
-    fn watched(ty: &str, o: &ConfigMap) -> WatchedBytes {
+    fn watched(ty: &str, o: impl serde::Serialize) -> WatchedBytes {
         let line = serde_json::to_vec(&serde_json::json!({"type": ty, "object": o})).unwrap();
         crate::reflector::decode::RawWatchEvent::json_line(line)
             .into_changed()
@@ -1724,5 +1746,36 @@ mod packing_tests {
             Err(FifoError::Key(KeyError::MissingName))
         );
         assert!(fifo.is_empty());
+    }
+
+    #[test]
+    fn a_watched_object_that_does_not_decode_tombstones_the_newest_one_before_it() {
+        let (fifo, cache) = packing_fifo();
+        cache.update(Arc::new(cm("a", "4"))).unwrap();
+        let a5 = cm("a", "5");
+        let mut bad = serde_json::to_value(cm("a", "6")).unwrap();
+        bad["data"] = serde_json::json!("not a map");
+        fifo.update_bytes(&watched("MODIFIED", &a5)).unwrap();
+        fifo.update_bytes(&watched("MODIFIED", &bad)).unwrap();
+        let deltas = pop_apply(&fifo, &cache);
+        let got: Vec<_> = deltas
+            .iter()
+            .map(|d| {
+                let tomb = matches!(d.object, DeltaObject::DeletedFinalStateUnknown(_));
+                let rv = d.object.object().metadata.resource_version.clone();
+                (d.kind, tomb, rv.unwrap())
+            })
+            .collect();
+        // As the reflector's tombstone of a decoded watch: the newest queued object, not the
+        // cached one.
+        assert_eq!(
+            got,
+            [
+                (DeltaType::Updated, false, "5".to_owned()),
+                (DeltaType::Deleted, true, "5".to_owned())
+            ]
+        );
+        assert!(cache.get_by_key("ns/a").is_none());
+        assert_eq!(cache.stats().decode_errors, 1);
     }
 }
