@@ -371,7 +371,7 @@ pub(crate) struct Compact<K> {
     /// the store takes them (the `Weak` tells that it is storing that very object, and keeps
     /// its address from being reused meanwhile). Several per key when one pop hands out
     /// several packed deltas of the key (an add and the updates after it), stored in turn.
-    handoff: Mutex<std::collections::HashMap<ObjectKey, Vec<(Weak<K>, Blob)>>>,
+    handoff: Mutex<Handoffs<K>>,
     decodes: AtomicU64,
     decode_errors: AtomicU64,
     packed: AtomicU64,
@@ -690,6 +690,10 @@ impl<K> Compact<K> {
         self.encoded_bytes.fetch_sub(encoded, Relaxed);
     }
 }
+
+/// The FIFO's decoded objects, per key, and the blobs the cache is to keep for them
+/// ([`Compact::take_handoff`]).
+type Handoffs<K> = std::collections::HashMap<ObjectKey, Vec<(Weak<K>, Blob)>>;
 
 /// A packed body of another kind reached the storage (the store resolves cached ones itself).
 fn not_packed_here(key: &ObjectKey) -> StorageError {
