@@ -1,7 +1,8 @@
 //! A Compact-mode informer against the fake API server, in both wire encodings: each listed or
 //! watched object waits in the FIFO packed from the bytes the server sent, is decoded once as it
 //! is popped, and the cache keeps those bytes (issue #12 part 4); the cache then equals the
-//! server, handlers see the right objects, and a transform still gets the decoded object.
+//! server, handlers see the right objects, and a transform still gets the decoded object. Each
+//! test runs with both FIFOs ([`FifoMode`]), which pack alike.
 #![cfg(all(feature = "testing", feature = "compact"))]
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -9,8 +10,8 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 use kube_informer::{
-    CacheStorage, CompactConfig, FactoryConfig, ReflectorConfig, ResourceEventHandlerFuncs,
-    SharedInformerFactory,
+    CacheStorage, CompactConfig, FactoryConfig, FifoMode, ReflectorConfig, ResourceEventHandler,
+    ResourceEventHandlerFuncs, SharedInformerFactory,
     testing::{FakeApiServer, Verb},
 };
 use parking_lot::Mutex;
@@ -50,6 +51,15 @@ fn compact() -> CacheStorage {
     )
 }
 
+const MODES: [FifoMode; 2] = [FifoMode::DeltaFifo, FifoMode::InOrder];
+
+/// A factory of Compact informers with `mode`'s FIFO.
+fn config(mode: FifoMode) -> FactoryConfig {
+    FactoryConfig::default()
+        .cache_storage(compact())
+        .fifo_mode(mode)
+}
+
 /// The cache holds what the server holds, object for object.
 fn assert_equals_server(server: &FakeApiServer, factory: &SharedInformerFactory) {
     let indexer = factory.informer::<ConfigMap>().indexer();
@@ -76,27 +86,33 @@ fn all_served(server: &FakeApiServer, verb: Verb, protobuf: bool) -> bool {
 
 #[tokio::test]
 async fn a_cold_sync_keeps_the_bytes_the_server_sent_in_both_encodings() {
-    for protobuf in [true, false] {
+    for (mode, protobuf) in MODES.into_iter().flat_map(|m| [(m, true), (m, false)]) {
         let server = server(protobuf).await;
-        let factory = SharedInformerFactory::new(
-            server.client(),
-            FactoryConfig::default().cache_storage(compact()),
-        );
+        let factory = SharedInformerFactory::new(server.client(), config(mode));
         factory.informer::<ConfigMap>();
         factory.start();
         assert!(factory.wait_for_cache_sync().await.values().all(|s| *s));
         let stats = factory.informer::<ConfigMap>().indexer().stats();
-        assert_eq!(stats.packed, N as u64, "protobuf {protobuf}: {stats:?}");
+        assert_eq!(
+            stats.packed, N as u64,
+            "{mode:?} protobuf {protobuf}: {stats:?}"
+        );
         assert_eq!(
             stats.packed_from_wire, N as u64,
-            "protobuf {protobuf}: {stats:?}"
+            "{mode:?} protobuf {protobuf}: {stats:?}"
         );
-        assert_eq!(stats.unpacks, N as u64, "protobuf {protobuf}: {stats:?}");
+        assert_eq!(
+            stats.unpacks, N as u64,
+            "{mode:?} protobuf {protobuf}: {stats:?}"
+        );
         assert_eq!(
             stats.kept_packed, N as u64,
-            "protobuf {protobuf}: {stats:?}"
+            "{mode:?} protobuf {protobuf}: {stats:?}"
         );
-        assert_eq!(stats.decodes, 0, "protobuf {protobuf}: nothing read yet");
+        assert_eq!(
+            stats.decodes, 0,
+            "{mode:?} protobuf {protobuf}: nothing read yet"
+        );
         assert!(stats.dictionary_trainings <= 1);
         assert_equals_server(&server, &factory);
         assert!(all_served(&server, Verb::List, protobuf));
@@ -144,6 +160,12 @@ async fn with_a_transform_listed_objects_are_decoded_transformed_and_then_packed
 /// left out of the cache and reported, and the informer still syncs with the rest.
 #[tokio::test]
 async fn a_listed_object_that_does_not_decode_is_left_out_when_popped() {
+    for mode in MODES {
+        a_listed_object_that_does_not_decode_is_left_out(mode).await;
+    }
+}
+
+async fn a_listed_object_that_does_not_decode_is_left_out(mode: FifoMode) {
     let server = server(false).await;
     server
         .create_value(serde_json::json!({
@@ -152,10 +174,7 @@ async fn a_listed_object_that_does_not_decode_is_left_out_when_popped() {
             "data": "not a map",
         }))
         .unwrap();
-    let factory = SharedInformerFactory::new(
-        server.client(),
-        FactoryConfig::default().cache_storage(compact()),
-    );
+    let factory = SharedInformerFactory::new(server.client(), config(mode));
     let informer = factory.informer::<ConfigMap>();
     let reported = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let sink = reported.clone();
@@ -175,7 +194,7 @@ async fn a_listed_object_that_does_not_decode_is_left_out_when_popped() {
             .filter(|e| e.contains("ns-0/bad") && e.contains("does not decode"))
             .count(),
         1,
-        "{reported:?}"
+        "{mode:?}: {reported:?}"
     );
     assert!(
         reported.iter().all(|e| !e.contains("not a map")),
@@ -256,13 +275,11 @@ async fn a_streaming_list_and_the_watch_after_it_are_packed_from_their_bytes() {
 }
 
 async fn watched_objects_are_packed(streaming: bool) {
-    for protobuf in [true, false] {
+    for (mode, protobuf) in MODES.into_iter().flat_map(|m| [(m, true), (m, false)]) {
         let server = server(protobuf).await;
         let factory = SharedInformerFactory::new(
             server.client(),
-            FactoryConfig::default()
-                .cache_storage(compact())
-                .reflector(ReflectorConfig::default().streaming_list(streaming)),
+            config(mode).reflector(ReflectorConfig::default().streaming_list(streaming)),
         );
         let informer = factory.informer::<ConfigMap>();
         let seen: Seen = Arc::default();
@@ -301,7 +318,7 @@ async fn watched_objects_are_packed(streaming: bool) {
         assert_eq!(
             grew(stats.packed_from_wire, before.packed_from_wire),
             40,
-            "protobuf {protobuf}: {stats:?}"
+            "{mode:?} protobuf {protobuf}: {stats:?}"
         );
         assert_eq!(grew(stats.unpacks, before.unpacks), 40, "{stats:?}");
         assert_eq!(grew(stats.kept_packed, before.kept_packed), 40, "{stats:?}");
@@ -323,7 +340,7 @@ async fn watched_objects_are_packed(streaming: bool) {
         let mut got = seen.clone();
         want.sort();
         got.sort();
-        assert_eq!(got, want, "protobuf {protobuf}");
+        assert_eq!(got, want, "{mode:?} protobuf {protobuf}");
         assert!(all_served(&server, Verb::Watch, protobuf));
         factory.shutdown().await;
     }
@@ -334,11 +351,14 @@ async fn watched_objects_are_packed(streaming: bool) {
 /// tombstone, as for a decoded watch.
 #[tokio::test]
 async fn a_watched_object_that_does_not_decode_tombstones_its_cached_version() {
+    for mode in MODES {
+        a_watched_object_that_does_not_decode_tombstones(mode).await;
+    }
+}
+
+async fn a_watched_object_that_does_not_decode_tombstones(mode: FifoMode) {
     let server = server(false).await;
-    let factory = SharedInformerFactory::new(
-        server.client(),
-        FactoryConfig::default().cache_storage(compact()),
-    );
+    let factory = SharedInformerFactory::new(server.client(), config(mode));
     let informer = factory.informer::<ConfigMap>();
     let reported = Arc::new(Mutex::new(Vec::new()));
     let sink = reported.clone();
@@ -379,7 +399,7 @@ async fn a_watched_object_that_does_not_decode_tombstones_its_cached_version() {
             .filter(|e| e.contains("ns-1/cm-7") && e.contains("does not decode"))
             .count(),
         1,
-        "{reported:?}"
+        "{mode:?}: {reported:?}"
     );
     assert!(
         reported.iter().all(|e| !e.contains("not a map")),
@@ -387,4 +407,155 @@ async fn a_watched_object_that_does_not_decode_tombstones_its_cached_version() {
     );
     assert_eq!(indexer.stats().decode_errors, 1);
     factory.shutdown().await;
+}
+
+/// With the in-order FIFO a list is one `ReplacedAll`: the cache is replaced at once, then the
+/// handlers hear of every object. In Compact mode neither step holds the list decoded (issue #12
+/// part 4): each object is decoded as the new cache is built and dropped once stored, and the
+/// notifications carry snapshots of the cache, decoded as the handler is called. So while a
+/// handler is stuck on the first notification of a list, nobody holds the objects behind it:
+/// reading them decodes each one, where notifications holding decoded objects would hand them
+/// back shared. Then the handler is told of every object, and a relist after a 410 gives the
+/// right tombstones, updates and adds.
+#[tokio::test]
+async fn an_in_order_list_waits_for_slow_handlers_as_snapshots_not_decoded_objects() {
+    for protobuf in [true, false] {
+        in_order_lists_wait_as_snapshots(protobuf).await;
+    }
+}
+
+async fn in_order_lists_wait_as_snapshots(protobuf: bool) {
+    let server = server(protobuf).await;
+    let factory = SharedInformerFactory::new(server.client(), config(FifoMode::InOrder));
+    let informer = factory.informer::<ConfigMap>();
+    let seen: Seen = Arc::default();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    informer
+        .add_event_handler(Gated {
+            gate: Some(released),
+            inner: recorder(&seen),
+            seen: seen.clone(),
+        })
+        .unwrap();
+    factory.start();
+    assert!(factory.wait_for_cache_sync().await.values().all(|s| *s));
+    let indexer = informer.indexer();
+    let before = indexer.stats();
+    assert_eq!(before.kept_packed, N as u64, "{before:?}");
+    // Only the notification in the handler's hand was decoded: the others wait as snapshots.
+    assert!(
+        before.decodes <= 1,
+        "protobuf {protobuf}: notifications were decoded ahead: {before:?}"
+    );
+    for i in 0..N {
+        let c = cm(i);
+        let key = format!("ns-{}/cm-{i}", i % 3);
+        assert_eq!(body(&indexer.get_by_key(&key).unwrap()), body(&c), "{key}");
+    }
+    let after = indexer.stats();
+    // At most the object in the stuck handler's hand is shared; every other read decodes.
+    assert!(
+        after.shared_hits - before.shared_hits <= 1,
+        "protobuf {protobuf}: notifications hold decoded objects: {before:?} {after:?}"
+    );
+    assert!(after.decodes - before.decodes >= N as u64 - 1, "{after:?}");
+    release.send(()).unwrap();
+    wait_for(&seen, N).await;
+    let mut initial: Vec<_> = seen.lock().iter().map(|s| s.1.clone()).collect();
+    initial.sort();
+    let mut want: Vec<_> = (0..N).map(|i| format!("cm-{i}")).collect();
+    want.sort();
+    assert_eq!(initial, want, "every listed object, once");
+    seen.lock().clear();
+
+    // A relist: the informer misses writes, they are compacted away, its watch breaks.
+    let faults = server.faults();
+    faults.stall_watches();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for i in 0..10 {
+        let mut c = cm(i);
+        c.data
+            .as_mut()
+            .unwrap()
+            .insert("body".into(), format!("relisted {i}"));
+        server.update(&c).unwrap();
+    }
+    for i in 10..15 {
+        server
+            .delete::<ConfigMap>(Some(&format!("ns-{}", i % 3)), &format!("cm-{i}"))
+            .unwrap();
+    }
+    server.create(&cm(N)).unwrap();
+    server.compact(server.current_resource_version());
+    faults.drop_all_watches();
+    faults.unstall_watches();
+    // Every object of the new list (295 updates and 1 add), and 5 tombstones.
+    wait_for(&seen, 301).await;
+    let mut got = seen.lock().clone();
+    assert_eq!(got.len(), 301);
+    // The unchanged objects come as updates of the same version (client-go's relist `Sync`).
+    got.retain(|(kind, _, old, new)| !(*kind == "update" && old == new));
+    got.sort();
+    let mut want: Vec<_> = (0..10)
+        .map(|i| {
+            (
+                "update",
+                format!("cm-{i}"),
+                body(&cm(i)),
+                format!("relisted {i}"),
+            )
+        })
+        .chain((10..15).map(|i| {
+            (
+                "delete",
+                format!("cm-{i}"),
+                "tombstone".to_owned(),
+                String::new(),
+            )
+        }))
+        .chain([("add", format!("cm-{N}"), String::new(), body(&cm(N)))])
+        .collect();
+    want.sort();
+    assert_eq!(got, want, "protobuf {protobuf}");
+    assert_equals_server(&server, &factory);
+    assert_eq!(indexer.stats().decode_errors, 0);
+    factory.shutdown().await;
+}
+
+/// A handler stuck on its first notification until `gate` is sent to; then it records initial
+/// adds as `("initial", name, "", body)` and everything else as [`recorder`] does.
+struct Gated {
+    gate: Option<std::sync::mpsc::Receiver<()>>,
+    inner: ResourceEventHandlerFuncs<ConfigMap>,
+    seen: Seen,
+}
+
+impl Gated {
+    fn wait(&mut self) {
+        if let Some(gate) = self.gate.take() {
+            gate.recv().unwrap();
+        }
+    }
+}
+
+impl ResourceEventHandler<ConfigMap> for Gated {
+    fn on_add(&mut self, obj: &Arc<ConfigMap>, is_in_initial_list: bool) {
+        self.wait();
+        if is_in_initial_list {
+            self.seen
+                .lock()
+                .push(("initial", name(obj), String::new(), body(obj)));
+        }
+        ResourceEventHandler::on_add(&mut self.inner, obj, is_in_initial_list);
+    }
+
+    fn on_update(&mut self, old: &Arc<ConfigMap>, new: &Arc<ConfigMap>) {
+        self.wait();
+        ResourceEventHandler::on_update(&mut self.inner, old, new);
+    }
+
+    fn on_delete(&mut self, obj: &kube_informer::DeltaObject<ConfigMap>) {
+        self.wait();
+        ResourceEventHandler::on_delete(&mut self.inner, obj);
+    }
 }

@@ -15,12 +15,16 @@ use tokio::sync::{Notify, watch};
 
 use super::{
     ListItem,
-    queue::{FifoError, KnownObjects, TransformFn, ready_list_item, transform_object},
+    packing::{FromBytes, UnreadableReport, from_bytes, list_item, report_undecodable},
+    queue::{FifoError, KnownObjects, TransformFn, transform_object},
 };
 use crate::{
     informer::FifoMetrics,
-    reflector::ReflectorStore,
-    store::{ObjectKey, key_of},
+    reflector::{
+        ReflectorStore,
+        decode::{ItemBytes, ListedMeta, WatchedBytes},
+    },
+    store::{Indexer, ObjectKey, Packed, key_of},
 };
 
 /// client-go `defaultBatchSize`: a batch holds at most this many distinct keys.
@@ -69,10 +73,48 @@ impl<K> InOrderDelta<K> {
     }
 }
 
+/// An entry as it waits in the queue: a delta as it is handed out, or, with a cache that packs
+/// ([`InOrderFifo::with_packing`]), a watched object or a list whose objects wait packed and are
+/// decoded as the entry is popped.
+enum Held<K> {
+    Delta(InOrderDelta<K>),
+    /// A watch `ADDED` event's object, packed.
+    Added(Packed),
+    /// A watch `MODIFIED` event's object, packed.
+    Updated(Packed),
+    /// A list, each object ready ([`ListItem::Ready`]) or packed.
+    List {
+        items: Vec<ListItem<K>>,
+        resource_version: String,
+    },
+}
+
+impl<K> Held<K> {
+    /// See [`InOrderDelta::batchable`].
+    fn batchable(&self) -> bool {
+        match self {
+            Self::Delta(d) => d.batchable(),
+            Self::Added(_) | Self::Updated(_) => true,
+            Self::List { .. } => false,
+        }
+    }
+}
+
+/// An entry as the informer takes it ([`InOrderFifo::pop_entries`]): a delta, or a list whose
+/// objects may still be packed, to be decoded one at a time as the cache is replaced with them
+/// ([`InOrderFifo::unpack_item`]).
+pub(crate) enum Popped<K> {
+    Delta(InOrderDelta<K>),
+    List {
+        items: Vec<ListItem<K>>,
+        resource_version: String,
+    },
+}
+
 struct Queued<K> {
     /// The object's key, for per-object deltas (batches hold distinct keys).
     key: Option<ObjectKey>,
-    delta: InOrderDelta<K>,
+    delta: Held<K>,
 }
 
 struct State<K> {
@@ -127,6 +169,11 @@ pub struct InOrderFifo<K> {
     transform: Option<TransformFn<K>>,
     batch_size: usize,
     metrics: Option<FifoMetrics>,
+    /// The cache that packs listed and watched objects while they are queued
+    /// ([`with_packing`](InOrderFifo::with_packing)).
+    packer: Option<Indexer<K>>,
+    /// Told of each packed object that does not decode when popped.
+    unreadable: Option<UnreadableReport>,
 }
 
 impl<K> fmt::Debug for InOrderFifo<K> {
@@ -167,7 +214,30 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
             transform: None,
             batch_size: DEFAULT_BATCH_SIZE,
             metrics: None,
+            packer: None,
+            unreadable: None,
         }
+    }
+
+    /// Holds listed and watched objects packed by `cache` while they are queued, and decodes
+    /// each as its entry is popped, as [`DeltaFifo`](super::DeltaFifo) does: in
+    /// `CacheStorage::Compact` mode a burst of watch events, or a list waiting behind them, is
+    /// then held compressed, and the cache keeps the bytes packed here. `cache` must be the
+    /// store the popped entries are applied to; a store that keeps objects decoded packs
+    /// nothing.
+    #[must_use]
+    pub(crate) fn with_packing(mut self, cache: Indexer<K>) -> Self {
+        self.packer = cache.packs().then_some(cache);
+        self
+    }
+
+    /// Reports each packed object that does not decode when popped through `report` (it is
+    /// left out: a watched object becomes [`InOrderDelta::Forgotten`], a listed one is missing
+    /// from its [`InOrderDelta::ReplacedAll`], so its cached version goes either way).
+    #[must_use]
+    pub(crate) fn with_unreadable_report(mut self, report: UnreadableReport) -> Self {
+        self.unreadable = Some(report);
+        self
     }
 
     /// Reports queue length and processing latency (client-go's `fifoMetrics`).
@@ -208,7 +278,14 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
     /// bookmarks and resyncs do not (client-go `Bookmark`, atomic `Resync`), so neither makes an
     /// informer synced before its first list.
     fn push(&self, key: Option<ObjectKey>, delta: InOrderDelta<K>) {
-        let populates = !matches!(delta, InOrderDelta::Bookmark { .. } | InOrderDelta::SyncAll);
+        self.push_held(key, Held::Delta(delta));
+    }
+
+    fn push_held(&self, key: Option<ObjectKey>, delta: Held<K>) {
+        let populates = !matches!(
+            delta,
+            Held::Delta(InOrderDelta::Bookmark { .. } | InOrderDelta::SyncAll)
+        );
         {
             let mut state = self.state.lock();
             state.populated |= populates;
@@ -290,9 +367,43 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
     ///
     /// [`FifoError::Key`], [`FifoError::Transform`].
     pub fn prepare_list_item(&self, obj: K) -> Result<ListItem<K>, FifoError> {
-        let key = key_of(&obj)?;
-        ready_list_item(self.known.as_ref(), self.transform.as_ref(), &key, obj)
-            .map(ListItem::Ready)
+        list_item(
+            self.packer.as_ref(),
+            self.known.as_ref(),
+            self.transform.as_ref(),
+            obj,
+        )
+    }
+
+    /// Queues a watched object handed over as its bytes: packed from them, never decoded here
+    /// (see [`ReflectorStore::add_bytes`]). One that cannot be packed and does not decode
+    /// either has its key forgotten, as a decoded watch event whose object does not decode.
+    /// `packed` and `decoded` make the entry of the event's kind.
+    fn enqueue_bytes(
+        &self,
+        object: &WatchedBytes,
+        packed: fn(Packed) -> Held<K>,
+        decoded: fn(Arc<K>) -> InOrderDelta<K>,
+    ) -> Result<(), FifoError> {
+        let key = object.meta().key()?;
+        let held = match from_bytes(
+            self.packer.as_ref(),
+            self.transform.as_ref(),
+            key.clone(),
+            object.meta(),
+            object.bytes(),
+        ) {
+            Ok(FromBytes::Packed(p)) => packed(p),
+            Ok(FromBytes::Decoded(obj)) => Held::Delta(decoded(obj)),
+            Err(e) => {
+                if matches!(e, FifoError::Undecodable { .. }) {
+                    self.forget(&key);
+                }
+                return Err(e);
+            }
+        };
+        self.push_held(Some(key), held);
+        Ok(())
     }
 
     /// Queues one [`InOrderDelta::ReplacedAll`] with `list` (transformed). The first replace (or
@@ -322,18 +433,19 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
         list: Vec<ListItem<K>>,
         resource_version: &str,
     ) -> Result<(), FifoError> {
-        let objects = list
+        let items = list
             .into_iter()
             .map(|item| match item {
                 ListItem::Ready(obj) => {
                     key_of(&*obj)?;
-                    Ok(obj)
+                    Ok(ListItem::Ready(obj))
                 }
                 ListItem::Decoded(obj) => {
                     let key = key_of(&*obj)?;
-                    transform_object(self.transform.as_ref(), &key, *obj)
+                    transform_object(self.transform.as_ref(), &key, *obj).map(ListItem::Ready)
                 }
-                // Only a DeltaFifo that packs makes these, for itself.
+                // Made by this FIFO's cache, or else by another FIFO for its own.
+                ListItem::Packed(packed) if self.packer.is_some() => Ok(ListItem::Packed(packed)),
                 ListItem::Packed(packed) => Err(FifoError::Packed {
                     key: packed.key().clone(),
                 }),
@@ -343,8 +455,8 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
             let mut state = self.state.lock();
             state.items.push_back(Queued {
                 key: None,
-                delta: InOrderDelta::ReplacedAll {
-                    objects,
+                delta: Held::List {
+                    items,
                     resource_version: resource_version.to_owned(),
                 },
             });
@@ -388,6 +500,34 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
         &self,
         process: impl FnOnce(Vec<InOrderDelta<K>>, bool) -> R,
     ) -> Result<R, FifoError> {
+        self.pop_entries(|entries, initial| {
+            let batch = entries
+                .into_iter()
+                .map(|entry| match entry {
+                    Popped::Delta(delta) => delta,
+                    Popped::List {
+                        items,
+                        resource_version,
+                    } => InOrderDelta::ReplacedAll {
+                        objects: items
+                            .into_iter()
+                            .filter_map(|item| self.unpack_item(item))
+                            .collect(),
+                        resource_version,
+                    },
+                })
+                .collect();
+            process(batch, initial)
+        })
+        .await
+    }
+
+    /// [`pop`](Self::pop) with a list's objects left as queued, for the informer to decode one
+    /// at a time ([`unpack_item`](Self::unpack_item)) as it replaces its cache with them.
+    pub(crate) async fn pop_entries<R>(
+        &self,
+        process: impl FnOnce(Vec<Popped<K>>, bool) -> R,
+    ) -> Result<R, FifoError> {
         let (batch, is_in_initial_list) = loop {
             let mut notified = pin!(self.wake.notified());
             notified.as_mut().enable();
@@ -407,6 +547,8 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
         };
         let taken = batch.len();
         let started = std::time::Instant::now();
+        // Packed watched objects are decoded here, with the lock released.
+        let batch = batch.into_iter().map(|held| self.unpacked(held)).collect();
         let out = process(batch, is_in_initial_list);
         if let Some(m) = &self.metrics {
             m.processing_latency
@@ -420,7 +562,57 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
         Ok(out)
     }
 
-    fn take_batch(&self, state: &mut State<K>) -> Vec<InOrderDelta<K>> {
+    /// An entry taken out of the queue as it is handed out: a packed watched object decoded (and
+    /// its bytes passed to the cache), or [`InOrderDelta::Forgotten`] if it does not decode (its
+    /// cached version goes, as for an undecodable object of a decoded watch); a list as it is.
+    fn unpacked(&self, held: Held<K>) -> Popped<K> {
+        let delta = match held {
+            Held::Delta(delta) => delta,
+            Held::Added(packed) => self
+                .unpack(packed)
+                .map_or_else(InOrderDelta::Forgotten, InOrderDelta::Added),
+            Held::Updated(packed) => self
+                .unpack(packed)
+                .map_or_else(InOrderDelta::Forgotten, InOrderDelta::Updated),
+            Held::List {
+                items,
+                resource_version,
+            } => {
+                return Popped::List {
+                    items,
+                    resource_version,
+                };
+            }
+        };
+        Popped::Delta(delta)
+    }
+
+    /// A listed object as its list's replace takes it: decoded if packed (and its bytes passed
+    /// to the cache); `None`, reported, if it does not decode. It is then left out of the list,
+    /// so its cached version goes, as for an undecodable item of a decoded list.
+    pub(crate) fn unpack_item(&self, item: ListItem<K>) -> Option<Arc<K>> {
+        match item {
+            ListItem::Ready(obj) => Some(obj),
+            ListItem::Decoded(obj) => Some(Arc::new(*obj)),
+            ListItem::Packed(packed) => self.unpack(packed).ok(),
+        }
+    }
+
+    /// A packed object decoded, or its key (reported) when it does not decode.
+    fn unpack(&self, packed: Packed) -> Result<Arc<K>, ObjectKey> {
+        let key = packed.key().clone();
+        let unpacked = match &self.packer {
+            Some(cache) => cache.unpack(packed),
+            // Only this FIFO's cache packs what it holds.
+            None => Err(crate::store::StorageError::Gone { key: key.clone() }),
+        };
+        unpacked.map_err(|e| {
+            report_undecodable(self.unreadable.as_ref(), &key, &e);
+            key
+        })
+    }
+
+    fn take_batch(&self, state: &mut State<K>) -> Vec<Held<K>> {
         let limit = match state.initial_population_count {
             0 => self.batch_size,
             n => self.batch_size.min(n),
@@ -494,6 +686,36 @@ impl<K: Resource + Send + Sync + 'static> ReflectorStore<K> for InOrderFifo<K> {
 
     fn list_item(&self, obj: K) -> Result<ListItem<K>, FifoError> {
         self.prepare_list_item(obj)
+    }
+
+    /// Without a transform (which needs the decoded object), a packing FIFO packs listed and
+    /// watched objects straight from their bytes.
+    fn takes_item_bytes(&self) -> bool {
+        self.packer.is_some() && self.transform.is_none()
+    }
+
+    fn list_item_bytes(
+        &self,
+        meta: ListedMeta,
+        bytes: ItemBytes<'_>,
+    ) -> Result<ListItem<K>, FifoError> {
+        let key = meta.key()?;
+        from_bytes(
+            self.packer.as_ref(),
+            self.transform.as_ref(),
+            key,
+            &meta,
+            bytes,
+        )
+        .map(FromBytes::into_list_item)
+    }
+
+    fn add_bytes(&self, object: &WatchedBytes) -> Result<(), FifoError> {
+        self.enqueue_bytes(object, Held::Added, InOrderDelta::Added)
+    }
+
+    fn update_bytes(&self, object: &WatchedBytes) -> Result<(), FifoError> {
+        self.enqueue_bytes(object, Held::Updated, InOrderDelta::Updated)
     }
 
     fn replace(&self, items: Vec<ListItem<K>>, resource_version: &str) -> Result<(), FifoError> {
@@ -759,6 +981,139 @@ mod tests {
         fifo.close();
         assert!(fifo.pop(|_, _| ()).await.is_ok());
         assert_eq!(fifo.pop(|_, _| ()).await, Err(FifoError::Closed));
+    }
+
+    /// A FIFO packing for a compact cache that keeps nothing decoded, that cache, and what the
+    /// FIFO reported as undecodable.
+    #[cfg(feature = "compact")]
+    fn packing_fifo() -> (
+        InOrderFifo<ConfigMap>,
+        Indexer<ConfigMap>,
+        Arc<parking_lot::Mutex<Vec<String>>>,
+    ) {
+        let config = crate::CompactConfig::default()
+            .hot_objects(0)
+            .dictionary_samples(0);
+        let cache = Indexer::with_storage(crate::CacheStorage::Compact(config));
+        let known: Arc<dyn KnownObjects<ConfigMap>> = Arc::new(cache.clone());
+        let reported = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let sink = reported.clone();
+        let fifo = InOrderFifo::new(Some(known))
+            .with_packing(cache.clone())
+            .with_unreadable_report(Arc::new(move |e| sink.lock().push(e.to_string())));
+        (fifo, cache, reported)
+    }
+
+    #[cfg(feature = "compact")]
+    fn packed_counts(cache: &Indexer<ConfigMap>) -> [u64; 5] {
+        let s = cache.stats();
+        [
+            s.packed,
+            s.packed_from_wire,
+            s.unpacks,
+            s.kept_packed,
+            s.decodes,
+        ]
+    }
+
+    #[cfg(feature = "compact")]
+    #[test]
+    fn with_a_cache_that_packs_lists_and_watched_objects_wait_packed_until_popped() {
+        use crate::reflector::decode::raw::watched_json;
+        let (fifo, cache, reported) = packing_fifo();
+        let objs: Vec<_> = (0..20).map(|i| cm(&format!("c{i}"), "1")).collect();
+        let items: Vec<_> = objs
+            .iter()
+            .map(|o| fifo.prepare_list_item(o.clone()).unwrap())
+            .collect();
+        assert!(items.iter().all(|i| matches!(i, ListItem::Packed(_))));
+        fifo.replace_items(items, "1").unwrap();
+        fifo.add_bytes(&watched_json("ADDED", cm("new", "2")))
+            .unwrap();
+        fifo.update_bytes(&watched_json("MODIFIED", cm("c3", "3")))
+            .unwrap();
+        // Nothing decoded while queued.
+        assert_eq!(packed_counts(&cache), [22, 2, 0, 0, 0]);
+
+        let objects = fifo
+            .pop(|batch, initial| {
+                assert!(initial);
+                match batch.into_iter().next() {
+                    Some(InOrderDelta::ReplacedAll { objects, .. }) => objects,
+                    other => panic!("{other:?}"),
+                }
+            })
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        let got: Vec<ConfigMap> = objects.iter().map(|o| (**o).clone()).collect();
+        assert_eq!(got, objs);
+        cache.replace_at(objects, "1").unwrap();
+        // Each decoded once as popped; the cache kept the bytes packed.
+        assert_eq!(packed_counts(&cache), [22, 2, 20, 20, 0]);
+
+        // The two watched objects share a batch, in order, decoded as popped.
+        let batch = fifo
+            .pop(|batch, _| {
+                for d in &batch {
+                    if let InOrderDelta::Added(o) | InOrderDelta::Updated(o) = d {
+                        cache.update(o.clone()).unwrap();
+                    }
+                }
+                batch.iter().map(describe).collect::<Vec<_>>()
+            })
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        assert_eq!(batch, ["added new@2", "updated c3@3"]);
+        assert_eq!(packed_counts(&cache), [22, 2, 22, 22, 0]);
+        assert_eq!(*cache.get_by_key("ns/c3").unwrap(), cm("c3", "3"));
+
+        // A relist of unchanged objects queues references to the cache, read when popped.
+        let relisted: Vec<_> = ["c0", "c1"]
+            .map(|n| fifo.prepare_list_item(cm(n, "1")).unwrap())
+            .into_iter()
+            .collect();
+        fifo.replace_items(relisted, "4").unwrap();
+        assert_eq!(packed_counts(&cache)[0], 22);
+        assert_eq!(drain(&fifo), [["replaced-all@4 [c0@1 c1@1]"]]);
+        assert!(reported.lock().is_empty());
+        assert!(fifo.is_empty());
+    }
+
+    #[cfg(feature = "compact")]
+    #[test]
+    fn a_packed_object_that_does_not_decode_is_reported_and_its_key_forgotten() {
+        use crate::reflector::decode::raw::watched_json;
+        let (fifo, cache, reported) = packing_fifo();
+        cache.update(Arc::new(cm("a", "1"))).unwrap();
+        let mut bad = serde_json::to_value(cm("a", "2")).unwrap();
+        bad["data"] = serde_json::json!("not a map");
+        fifo.update_bytes(&watched_json("MODIFIED", &bad)).unwrap();
+        fifo.add_bytes(&watched_json("ADDED", cm("b", "2")))
+            .unwrap();
+        // Where the watched object was: its key forgotten (the cached version goes).
+        assert_eq!(drain(&fifo), [["forgotten ns/a", "added b@2"]]);
+
+        // A listed one is left out of its list, which then drops the cached version.
+        let bad_c = {
+            let mut v = serde_json::to_value(cm("c", "3")).unwrap();
+            v["data"] = serde_json::json!(7);
+            watched_json("ADDED", v)
+        };
+        let items = vec![
+            fifo.list_item_bytes(bad_c.meta().clone(), bad_c.bytes())
+                .unwrap(),
+            fifo.prepare_list_item(cm("d", "3")).unwrap(),
+        ];
+        fifo.replace_items(items, "3").unwrap();
+        assert_eq!(drain(&fifo), [["replaced-all@3 [d@3]"]]);
+
+        let reported = reported.lock().clone();
+        assert_eq!(reported.len(), 2, "{reported:?}");
+        assert!(reported[0].contains("ns/a") && reported[1].contains("ns/c"));
+        assert!(reported.iter().all(|r| !r.contains("not a map")));
+        assert_eq!(cache.stats().decode_errors, 2);
     }
 
     #[test]

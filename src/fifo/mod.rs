@@ -8,9 +8,11 @@
 
 mod delta;
 mod in_order;
+mod packing;
 mod queue;
 
 pub use delta::{DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, ListItem};
+pub(crate) use in_order::Popped;
 pub use in_order::{DEFAULT_BATCH_SIZE, InOrderDelta, InOrderFifo};
-pub(crate) use queue::UnreadableReport;
+pub(crate) use packing::UnreadableReport;
 pub use queue::{DeltaFifo, FifoError, KnownObjects, TransformFn};

@@ -11,9 +11,12 @@ use kube::Resource;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, watch};
 
-use super::delta::{
-    DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, Held, ListItem,
-    dedup_trailing_deletes,
+use super::{
+    delta::{
+        DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas, Held, ListItem,
+        dedup_trailing_deletes,
+    },
+    packing::{FromBytes, UnreadableReport, from_bytes, list_item, report_undecodable},
 };
 use crate::{
     panic_message,
@@ -151,12 +154,6 @@ pub enum FifoError {
     },
 }
 
-/// An object handed over as its bytes, made ready to hold ([`DeltaFifo::held_from_bytes`]).
-enum FromBytes<K> {
-    Packed(Packed),
-    Decoded(Arc<K>),
-}
-
 /// A held delta, taken out of the queue or looked at.
 enum HeldRef<'a, K> {
     Owned(Held<K>),
@@ -200,9 +197,6 @@ pub struct DeltaFifo<K> {
     /// ([`with_unreadable_report`](DeltaFifo::with_unreadable_report)).
     unreadable: Option<UnreadableReport>,
 }
-
-/// Reports a packed object that did not decode when popped (as [`FifoError::Undecodable`]).
-pub(crate) type UnreadableReport = Arc<dyn Fn(FifoError) + Send + Sync>;
 
 struct State<K> {
     /// Invariant: a key is in `items` (with at least one delta) iff it is in `queue`.
@@ -377,17 +371,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         // key goes, as a deletion whose final state is unknown, with the newest object of the key
         // handed out before it, else the cached one (client-go `DeltaFIFO.Replace` and the
         // reflector's tombstones take the newest queued object too).
-        tracing::warn!(key = %key, error = %e, "queued object does not decode; its key is tombstoned");
-        if let Some(report) = &self.unreadable {
-            let error = FifoError::Undecodable {
-                key: key.clone(),
-                error: e.to_string(),
-            };
-            let call = std::panic::AssertUnwindSafe(|| report(error));
-            if std::panic::catch_unwind(call).is_err() {
-                tracing::error!(key = %key, "the error report panicked; going on");
-            }
-        }
+        report_undecodable(self.unreadable.as_ref(), &key, &e);
         let from_server = matches!(
             kind,
             DeltaType::Added | DeltaType::Updated | DeltaType::Replaced
@@ -474,7 +458,13 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     /// them, never decoded here (see [`ReflectorStore::add_bytes`]).
     fn enqueue_bytes(&self, kind: DeltaType, object: &WatchedBytes) -> Result<(), FifoError> {
         let key = object.meta().key()?;
-        let held = match self.held_from_bytes(key.clone(), object.meta(), object.bytes()) {
+        let held = match from_bytes(
+            self.packer.as_ref(),
+            self.transform.as_ref(),
+            key.clone(),
+            object.meta(),
+            object.bytes(),
+        ) {
             Ok(FromBytes::Packed(packed)) => Held::Packed(kind, packed),
             Ok(FromBytes::Decoded(obj)) => Held::Delta(Delta {
                 kind,
@@ -550,23 +540,12 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     /// [`FifoError::Key`] for an object without a valid key, [`FifoError::Transform`] when the
     /// transform panics.
     pub fn prepare_list_item(&self, obj: K) -> Result<ListItem<K>, FifoError> {
-        let key = key_of(&obj)?;
-        let Some(cache) = &self.packer else {
-            let ready = ready_list_item(self.known.as_ref(), self.transform.as_ref(), &key, obj);
-            return ready.map(ListItem::Ready);
-        };
-        // Compared without decoding the cached object, which stays packed until popped.
-        let rv = obj.meta().resource_version.as_deref();
-        if rv.is_some_and(|rv| !rv.is_empty())
-            && cache.resource_version_of(key.as_str()).as_deref() == rv
-        {
-            return Ok(ListItem::Packed(Packed::cached(key)));
-        }
-        let obj = self.transformed(&key, obj)?;
-        Ok(match cache.pack(&key, &obj) {
-            Some(packed) => ListItem::Packed(packed),
-            None => ListItem::Ready(obj),
-        })
+        list_item(
+            self.packer.as_ref(),
+            self.known.as_ref(),
+            self.transform.as_ref(),
+            obj,
+        )
     }
 
     /// [`prepare_list_item`](Self::prepare_list_item) for an object handed over as its bytes
@@ -586,39 +565,14 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         bytes: ItemBytes<'_>,
     ) -> Result<ListItem<K>, FifoError> {
         let key = meta.key()?;
-        Ok(match self.held_from_bytes(key, &meta, bytes)? {
-            FromBytes::Packed(packed) => ListItem::Packed(packed),
-            FromBytes::Decoded(obj) => ListItem::Ready(obj),
-        })
-    }
-
-    /// An object handed over as its bytes, made ready to hold: packed from them, or a reference
-    /// to the cached version when its resourceVersion is the one given; decoded when the bytes
-    /// cannot be packed.
-    fn held_from_bytes(
-        &self,
-        key: ObjectKey,
-        meta: &ListedMeta,
-        bytes: ItemBytes<'_>,
-    ) -> Result<FromBytes<K>, FifoError> {
-        let Some(cache) = self.packer.as_ref().filter(|_| self.transform.is_none()) else {
-            return Err(FifoError::Packed { key });
-        };
-        let rv = meta.resource_version.as_deref().filter(|rv| !rv.is_empty());
-        if rv.is_some() && cache.resource_version_of(key.as_str()).as_deref() == rv {
-            return Ok(FromBytes::Packed(Packed::cached(key)));
-        }
-        if let Some(packed) = cache.pack_bytes(&key, bytes) {
-            return Ok(FromBytes::Packed(packed));
-        }
-        // Not packed (no compression context): held decoded, as without packing.
-        match cache.decode_bytes(&key, bytes) {
-            Ok(obj) => Ok(FromBytes::Decoded(obj)),
-            Err(e) => Err(FifoError::Undecodable {
-                key,
-                error: e.to_string(),
-            }),
-        }
+        from_bytes(
+            self.packer.as_ref(),
+            self.transform.as_ref(),
+            key,
+            &meta,
+            bytes,
+        )
+        .map(FromBytes::into_list_item)
     }
 
     /// Queues a [`DeltaType::Deleted`] tombstone for `key` whose current state cannot be
@@ -1694,10 +1648,7 @@ mod packing_tests {
 
     /// A watched object handed over as its bytes (what the reflector does for a compact cache).
     fn watched(ty: &str, o: impl serde::Serialize) -> WatchedBytes {
-        let line = serde_json::to_vec(&serde_json::json!({"type": ty, "object": o})).unwrap();
-        crate::reflector::decode::RawWatchEvent::json_line(line)
-            .into_changed()
-            .unwrap()
+        crate::reflector::decode::raw::watched_json(ty, o)
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub use handler::{
 };
 pub(crate) use metrics::{FifoMetrics, InformerMetrics, resource_version_metric_value};
 pub use metrics::{InformerId, InformerMetricsProvider, names as metric_names};
-use processor::{Listener, Processor, Reservation, determine_resync_period};
+use processor::{Listener, Processor, Reservation, StoredEvent, determine_resync_period};
 pub use queue::FifoMode;
 use queue::{InformerQueue, QueueHandle};
 pub use registration::{EventStream, ResourceEventHandlerRegistration};
@@ -507,11 +507,16 @@ where
         let _block = inner.block_deltas.lock();
         inner.processor.add(listener.clone())?;
         listener.start_resync_clock(tokio::time::Instant::now());
-        for obj in inner.indexer.list() {
-            listener.queue.push(Event::Add {
-                obj,
-                is_in_initial_list: true,
-            });
+        // Snapshots: a compact cache's objects wait in the buffer compressed, decoded as the
+        // handler is called.
+        for obj in inner.indexer.snapshots() {
+            listener.queue.push(
+                StoredEvent::Add {
+                    obj,
+                    is_in_initial_list: true,
+                }
+                .into(),
+            );
         }
         Ok(listener)
     }
@@ -811,21 +816,22 @@ where
     }
 
     async fn run_in_span(&self) {
+        // In Compact mode, listed and watched objects wait in either FIFO compressed; one that
+        // then does not decode goes to the watch-error handler (fixed before start, like the
+        // reflector's).
+        let cache = self.inner.indexer.clone();
+        let handler = self.inner.state.lock().error_handler.clone();
+        let name = self.inner.name.clone();
+        let report: crate::fifo::UnreadableReport = Arc::new(move |e| {
+            let e = crate::reflector::Error::Store(e);
+            match &handler {
+                Some(h) => h(&e),
+                None => crate::reflector::default_watch_error_handler(&name, &e),
+            }
+        });
         match self.inner.fifo_mode {
             FifoMode::DeltaFifo => {
-                let cache = self.inner.indexer.clone();
-                // Fixed before start, like the reflector's.
-                let handler = self.inner.state.lock().error_handler.clone();
-                let name = self.inner.name.clone();
-                let report: crate::fifo::UnreadableReport = Arc::new(move |e| {
-                    let e = crate::reflector::Error::Store(e);
-                    match &handler {
-                        Some(h) => h(&e),
-                        None => crate::reflector::default_watch_error_handler(&name, &e),
-                    }
-                });
                 self.run_with(|known, transform| {
-                    // In Compact mode, listed objects wait in the FIFO compressed.
                     let mut fifo = DeltaFifo::new(Some(known))
                         .with_packing(cache)
                         .with_unreadable_report(report);
@@ -844,7 +850,9 @@ where
                     .as_ref()
                     .map(|m| FifoMetrics::new(&m.id, &*m.provider));
                 self.run_with(|known, transform| {
-                    let mut fifo = InOrderFifo::new(Some(known));
+                    let mut fifo = InOrderFifo::new(Some(known))
+                        .with_packing(cache)
+                        .with_unreadable_report(report);
                     if let Some(m) = metrics {
                         fifo = fifo.with_metrics(m);
                     }

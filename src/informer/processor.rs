@@ -27,6 +27,116 @@ use super::{
     InformerError,
     handler::{Event, ResourceEventHandler},
 };
+use crate::{
+    fifo::{DeletedFinalStateUnknown, DeltaObject},
+    store::{ObjectKey, Snapshot},
+};
+
+/// A notification as a listener's buffer holds it: an event, or an event whose objects are
+/// [`Snapshot`]s of the cache, decoded as the handler is called. A compact cache's relist,
+/// resync and late-registration replay are notified so: N notifications in the buffers are then
+/// N compressed objects, not N decoded ones (issue #12 part 4).
+pub(crate) enum Note<K> {
+    Ready(Event<K>),
+    Stored(StoredEvent<K>),
+}
+
+/// An [`Event`] whose objects are snapshots.
+pub(crate) enum StoredEvent<K> {
+    Add {
+        obj: Snapshot<K>,
+        is_in_initial_list: bool,
+    },
+    Update {
+        old: Snapshot<K>,
+        new: Snapshot<K>,
+    },
+    /// A `DeletedFinalStateUnknown` tombstone.
+    Tombstone {
+        key: ObjectKey,
+        obj: Snapshot<K>,
+    },
+}
+
+impl<K> Clone for Note<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Ready(ev) => Self::Ready(ev.clone()),
+            Self::Stored(StoredEvent::Add {
+                obj,
+                is_in_initial_list,
+            }) => Self::Stored(StoredEvent::Add {
+                obj: obj.clone(),
+                is_in_initial_list: *is_in_initial_list,
+            }),
+            Self::Stored(StoredEvent::Update { old, new }) => Self::Stored(StoredEvent::Update {
+                old: old.clone(),
+                new: new.clone(),
+            }),
+            Self::Stored(StoredEvent::Tombstone { key, obj }) => {
+                Self::Stored(StoredEvent::Tombstone {
+                    key: key.clone(),
+                    obj: obj.clone(),
+                })
+            }
+        }
+    }
+}
+
+impl<K> From<Event<K>> for Note<K> {
+    fn from(ev: Event<K>) -> Self {
+        Self::Ready(ev)
+    }
+}
+
+impl<K> From<StoredEvent<K>> for Note<K> {
+    fn from(ev: StoredEvent<K>) -> Self {
+        Self::Stored(ev)
+    }
+}
+
+impl<K> Note<K> {
+    fn is_initial_add(&self) -> bool {
+        match self {
+            Self::Ready(ev) => ev.is_initial_add(),
+            Self::Stored(StoredEvent::Add {
+                is_in_initial_list, ..
+            }) => *is_in_initial_list,
+            Self::Stored(_) => false,
+        }
+    }
+
+    /// The event to hand to the handler, its snapshots decoded; `None` if one does not decode
+    /// (logged and counted by the cache: it cannot happen unless memory is corrupted, since the
+    /// same bytes decoded when they were stored).
+    pub(crate) fn event(&self) -> Option<std::borrow::Cow<'_, Event<K>>> {
+        use std::borrow::Cow;
+        let ev = match self {
+            Self::Ready(ev) => return Some(Cow::Borrowed(ev)),
+            Self::Stored(StoredEvent::Add {
+                obj,
+                is_in_initial_list,
+            }) => Event::Add {
+                obj: obj.load().ok()?,
+                is_in_initial_list: *is_in_initial_list,
+            },
+            Self::Stored(StoredEvent::Update { old, new }) => {
+                let old = old.load().ok()?;
+                Event::Update {
+                    old,
+                    new: new.load().ok()?,
+                }
+            }
+            Self::Stored(StoredEvent::Tombstone { key, obj }) => Event::Delete(
+                DeltaObject::DeletedFinalStateUnknown(DeletedFinalStateUnknown {
+                    key: key.clone(),
+                    obj: obj.load().ok()?,
+                }),
+            ),
+        };
+        Some(Cow::Owned(ev))
+    }
+}
 
 /// client-go's `initialBufferSize`: a listener's ring buffer starts here and doubles as needed.
 const INITIAL_BUFFER: usize = 1024;
@@ -72,7 +182,7 @@ impl<K> Drop for FinishGuard<K> {
 }
 
 struct QueueState<K> {
-    buf: VecDeque<Event<K>>,
+    buf: VecDeque<Note<K>>,
     closed: bool,
 }
 
@@ -111,7 +221,7 @@ impl<K> ListenerQueue<K> {
 
     /// Queues a notification, ignoring any bound: every notification of an unbounded listener,
     /// and the replay of the cache to a late handler (done before its consumer may be running).
-    pub(crate) fn push(&self, ev: Event<K>) {
+    pub(crate) fn push(&self, ev: Note<K>) {
         self.reserve(&ev);
         let mut st = self.state.lock();
         if st.closed {
@@ -127,7 +237,7 @@ impl<K> ListenerQueue<K> {
     /// Counts a notification as pending before it is in the buffer: a bounded listener's
     /// notifications are reserved under the FIFO lock and delivered after it is released, and
     /// `has_synced` must not see the gap.
-    fn reserve(&self, ev: &Event<K>) {
+    fn reserve(&self, ev: &Note<K>) {
         if ev.is_initial_add() {
             self.initial_pending.fetch_add(1, Ordering::AcqRel);
         }
@@ -137,7 +247,7 @@ impl<K> ListenerQueue<K> {
     /// Buffers a reserved notification once the bounded buffer has room (back-pressure), or
     /// drops it if the listener closes first. Returns the notification while it must wait, so
     /// a dropped [`Reservation`] still accounts for it.
-    fn try_push_reserved(&self, ev: Event<K>) -> Result<(), Event<K>> {
+    fn try_push_reserved(&self, ev: Note<K>) -> Result<(), Note<K>> {
         let mut st = self.state.lock();
         if st.closed {
             drop(st);
@@ -194,7 +304,7 @@ impl<K> ListenerQueue<K> {
     }
 
     /// Marks one notification handled.
-    pub(crate) fn finished(&self, ev: &Event<K>) {
+    pub(crate) fn finished(&self, ev: &Note<K>) {
         if ev.is_initial_add() {
             self.initial_pending.fetch_sub(1, Ordering::AcqRel);
         }
@@ -202,7 +312,7 @@ impl<K> ListenerQueue<K> {
     }
 
     /// Marks notifications dropped unhandled (closed listener) as finished.
-    fn finished_all(&self, dropped: impl IntoIterator<Item = Event<K>>) {
+    fn finished_all(&self, dropped: impl IntoIterator<Item = Note<K>>) {
         for ev in dropped {
             self.finished(&ev);
         }
@@ -228,7 +338,7 @@ impl<K> ListenerQueue<K> {
 
     /// Blocks the calling thread until notifications are buffered; takes them all. `None` once
     /// closed.
-    fn take_blocking(&self, into: &mut VecDeque<Event<K>>) -> bool {
+    fn take_blocking(&self, into: &mut VecDeque<Note<K>>) -> bool {
         let mut st = self.state.lock();
         loop {
             if st.closed {
@@ -255,7 +365,7 @@ impl<K> ListenerQueue<K> {
 
     /// Takes every buffered notification without blocking: `None` once closed, else whether
     /// anything was taken. The task consumer's half of [`take_blocking`](Self::take_blocking).
-    fn try_take(&self, into: &mut VecDeque<Event<K>>) -> Option<bool> {
+    fn try_take(&self, into: &mut VecDeque<Note<K>>) -> Option<bool> {
         let mut st = self.state.lock();
         if st.closed {
             return None;
@@ -272,7 +382,7 @@ impl<K> ListenerQueue<K> {
     }
 
     /// Takes the next notification without blocking; `Err(())` once closed.
-    pub(crate) fn try_pop(&self) -> Result<Option<Event<K>>, ()> {
+    pub(crate) fn try_pop(&self) -> Result<Option<Note<K>>, ()> {
         let mut st = self.state.lock();
         if st.closed {
             return Err(());
@@ -303,7 +413,7 @@ impl<K> ListenerQueue<K> {
 /// stopped while it waited for room), it is accounted as finished.
 pub(crate) struct Reservation<K> {
     listener: Arc<Listener<K>>,
-    ev: Option<Event<K>>,
+    ev: Option<Note<K>>,
 }
 
 impl<K> Reservation<K> {
@@ -484,7 +594,9 @@ impl<K> Listener<K> {
                 let mut last = slice;
                 while let Some(ev) = batch.pop_front() {
                     if !queue.is_closed() {
-                        let panicked = handle_one(&mut *handler, &ev, &name);
+                        let panicked = ev
+                            .event()
+                            .is_some_and(|ev| handle_one(&mut *handler, &ev, &name));
                         let now = std::time::Instant::now();
                         slow.check(now - last, &name);
                         last = now;
@@ -534,7 +646,10 @@ impl<K> Listener<K> {
                 let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
                 while queue.take_blocking(&mut batch) {
                     while let Some(ev) = batch.pop_front() {
-                        let panicked = !queue.is_closed() && handle_one(&mut *handler, &ev, &name);
+                        let panicked = !queue.is_closed()
+                            && ev
+                                .event()
+                                .is_some_and(|ev| handle_one(&mut *handler, &ev, &name));
                         queue.finished(&ev);
                         if panicked {
                             queue.pause_blocking();
@@ -668,10 +783,11 @@ impl<K> Processor<K> {
     /// The targets are fixed here, under the lock that orders deltas and late registrations.
     pub(crate) fn distribute(
         &self,
-        ev: Event<K>,
+        ev: impl Into<Note<K>>,
         is_sync: bool,
         deferred: &mut Vec<Reservation<K>>,
     ) {
+        let ev = ev.into();
         let listeners = self.listeners.read();
         let mut targets = listeners
             .iter()

@@ -1,18 +1,22 @@
 //! The FIFO an informer runs, in either mode: what the informer needs of it beyond the
 //! reflector's [`ReflectorStore`] side, and how each mode's entries are applied to the cache.
 
-use std::{collections::HashSet, future::Future, sync::Arc};
+use std::{future::Future, sync::Arc};
 
 use kube::Resource;
 
-use super::{Inner, handler::Event, processor::Reservation};
+use super::{
+    Inner,
+    handler::Event,
+    processor::{Reservation, StoredEvent},
+};
 use crate::{
     fifo::{
         DeletedFinalStateUnknown, DeltaFifo, DeltaObject, FifoError, InOrderDelta, InOrderFifo,
-        ListItem,
+        ListItem, Popped,
     },
     reflector::ReflectorStore,
-    store::{ObjectKey, StoreOp, key_of},
+    store::{Replaced, StoreOp, key_of},
 };
 
 /// Which FIFO an informer runs between its reflector and its cache, and so which client-go
@@ -34,8 +38,11 @@ pub enum FifoMode {
     /// before their handlers are called. What client-go v0.36+ shared informers always run
     /// (`InOrderInformers` GA, with `AtomicFIFO`, `UnlockWhileProcessingFIFO` and
     /// `InOrderInformersBatchProcess` on, their defaults). With a `CacheStorage::Compact`
-    /// cache, a list waits here decoded until its `ReplacedAll` is applied (the DeltaFIFO holds
-    /// it compressed).
+    /// cache, listed and watched objects wait here compressed, as in the DeltaFIFO; a relist is
+    /// applied one object at a time as the new cache is built, and its notifications (and a
+    /// resync's) carry the cache's compressed objects, decoded as each handler is called. So a
+    /// list is never held decoded at once, at the cost of decoding each listed object twice:
+    /// once for the cache's indices, once for the handlers.
     InOrder,
 }
 
@@ -76,7 +83,7 @@ impl<K: Resource + Send + Sync + 'static> InformerQueue<K> for InOrderFifo<K> {
         inner: &'a Inner<K>,
     ) -> impl Future<Output = Result<Vec<Reservation<K>>, FifoError>> + Send + 'a {
         // Runs with the FIFO lock released (client-go `UnlockWhileProcessingFIFO`).
-        self.pop(|batch, initial| inner.apply_in_order(batch, initial))
+        self.pop_entries(|batch, initial| inner.apply_in_order(batch, initial, self))
     }
 }
 
@@ -134,6 +141,23 @@ enum Pending<K> {
     Delete(Arc<K>),
 }
 
+/// Consecutive per-object entries of a batch, applied in one transaction.
+struct Run<K> {
+    ops: Vec<StoreOp<K>>,
+    pending: Vec<Pending<K>>,
+    last_rv: Option<String>,
+}
+
+impl<K> Default for Run<K> {
+    fn default() -> Self {
+        Self {
+            ops: Vec::new(),
+            pending: Vec::new(),
+            last_rv: None,
+        }
+    }
+}
+
 fn same_version<K: Resource>(a: &K, b: &K) -> bool {
     a.meta().resource_version == b.meta().resource_version
 }
@@ -146,43 +170,72 @@ where
     /// FIFO lock released, under `block_deltas` (so late registrations see a consistent cache).
     pub(crate) fn apply_in_order(
         &self,
-        batch: Vec<InOrderDelta<K>>,
+        batch: Vec<Popped<K>>,
         is_in_initial_list: bool,
+        fifo: &InOrderFifo<K>,
     ) -> Vec<Reservation<K>> {
         let mut deferred = Vec::new();
         let _block = self.block_deltas.lock();
-        let mut ops = Vec::new();
-        let mut pending = Vec::new();
-        let mut last_rv = None;
-        for delta in batch {
+        let mut run = Run::default();
+        for entry in batch {
+            let delta = match entry {
+                Popped::Delta(delta) => delta,
+                Popped::List {
+                    items,
+                    resource_version,
+                } => {
+                    self.apply_run(std::mem::take(&mut run), is_in_initial_list, &mut deferred);
+                    self.apply_replaced_all(
+                        items,
+                        fifo,
+                        &resource_version,
+                        is_in_initial_list,
+                        &mut deferred,
+                    );
+                    continue;
+                }
+            };
             match delta {
                 InOrderDelta::Added(obj) | InOrderDelta::Updated(obj) => {
                     let Ok(key) = key_of(&*obj) else { continue };
-                    last_rv = obj.meta().resource_version.clone();
-                    ops.push(StoreOp::Put(key, obj.clone()));
-                    pending.push(Pending::Upsert(obj));
+                    run.last_rv = obj.meta().resource_version.clone();
+                    run.ops.push(StoreOp::Put(key, obj.clone()));
+                    run.pending.push(Pending::Upsert(obj));
+                    continue;
                 }
                 InOrderDelta::Deleted(obj) => {
                     let Ok(key) = key_of(&*obj) else { continue };
-                    last_rv = obj.meta().resource_version.clone();
-                    ops.push(StoreOp::Remove(key));
-                    pending.push(Pending::Delete(obj));
+                    run.last_rv = obj.meta().resource_version.clone();
+                    run.ops.push(StoreOp::Remove(key));
+                    run.pending.push(Pending::Delete(obj));
+                    continue;
                 }
+                _ => {}
+            }
+            // Any other delta comes after the per-object ones before it (a batch holds one
+            // alone, except a watched object that did not decode, which the FIFO turns into
+            // `Forgotten` where it was).
+            self.apply_run(std::mem::take(&mut run), is_in_initial_list, &mut deferred);
+            match delta {
+                InOrderDelta::Added(_) | InOrderDelta::Updated(_) | InOrderDelta::Deleted(_) => {}
+                // Not made by `pop_entries`, which hands lists out as `Popped::List`.
                 InOrderDelta::ReplacedAll {
                     objects,
                     resource_version,
                 } => self.apply_replaced_all(
-                    objects,
+                    objects.into_iter().map(ListItem::Ready).collect(),
+                    fifo,
                     &resource_version,
                     is_in_initial_list,
                     &mut deferred,
                 ),
                 InOrderDelta::SyncAll => {
                     // client-go: `OnUpdate(obj, obj)` for everything cached; the same version,
-                    // so only listeners due for a resync hear of it.
-                    for obj in self.indexer.list() {
+                    // so only listeners due for a resync hear of it. Snapshots, so a compact
+                    // cache's objects wait in the listeners' buffers compressed.
+                    for obj in self.indexer.snapshots() {
                         self.processor.distribute(
-                            Event::Update {
+                            StoredEvent::Update {
                                 old: obj.clone(),
                                 new: obj,
                             },
@@ -210,18 +263,23 @@ where
                 }
             }
         }
-        if ops.is_empty() {
-            return deferred;
+        self.apply_run(run, is_in_initial_list, &mut deferred);
+        deferred
+    }
+
+    /// Per-object deltas of a batch: one transaction, then the handlers, in order (client-go
+    /// `processDeltasInBatch`: the store's version becomes that of the batch's last object).
+    fn apply_run(&self, run: Run<K>, is_in_initial_list: bool, deferred: &mut Vec<Reservation<K>>) {
+        if run.ops.is_empty() {
+            return;
         }
-        // One transaction for the batch, then the handlers, in order (client-go
-        // `processDeltasInBatch`: the store's version becomes that of the batch's last object).
-        let previous = self.indexer.transaction(ops, last_rv.as_deref());
-        for (p, old) in pending.into_iter().zip(previous) {
+        let previous = self.indexer.transaction(run.ops, run.last_rv.as_deref());
+        for (p, old) in run.pending.into_iter().zip(previous) {
             let ev = match (p, old) {
                 (Pending::Upsert(new), Some(old)) => {
                     let is_sync = same_version(&*old, &*new);
                     self.processor
-                        .distribute(Event::Update { old, new }, is_sync, &mut deferred);
+                        .distribute(Event::Update { old, new }, is_sync, deferred);
                     continue;
                 }
                 (Pending::Upsert(obj), None) => Event::Add {
@@ -231,62 +289,60 @@ where
                 // Delivered whether or not the key was cached, as client-go's RealFIFO does.
                 (Pending::Delete(obj), _) => Event::Delete(DeltaObject::Object(obj)),
             };
-            self.processor.distribute(ev, false, &mut deferred);
+            self.processor.distribute(ev, false, deferred);
         }
-        deferred
     }
 
     /// client-go `processReplacedAllInfo`: replace the cache atomically first, so it reflects
     /// what the handlers are told; then a tombstone for every cached key the list lacks; then
     /// updates and adds in list order.
+    ///
+    /// Streamed for a compact cache (issue #12 part 4): each listed object is decoded as the new
+    /// cache is built (for its index values) and dropped once stored, and the notifications
+    /// carry snapshots, decoded as each handler is called; so neither this nor the listeners'
+    /// buffers hold the list decoded. A listed object that does not decode is left out, and so
+    /// tombstoned if it was cached.
     fn apply_replaced_all(
         &self,
-        objects: Vec<Arc<K>>,
+        items: Vec<ListItem<K>>,
+        fifo: &InOrderFifo<K>,
         resource_version: &str,
         is_in_initial_list: bool,
         deferred: &mut Vec<Reservation<K>>,
     ) {
-        let listed: HashSet<ObjectKey> = objects.iter().filter_map(|o| key_of(o).ok()).collect();
-        let mut deletions: Vec<(ObjectKey, Arc<K>)> = Vec::new();
-        self.indexer.for_each(|key, obj| {
-            if !listed.contains(key) {
-                deletions.push((key.clone(), obj.clone()));
-            }
+        let mut objects = items.into_iter().filter_map(|item| {
+            let obj = fifo.unpack_item(item)?;
+            // Keys were checked when the list was queued.
+            let key = key_of(&*obj).ok()?;
+            Some((key, obj))
         });
-        // Sorted, so the order is reproducible (client-go's follows Go's map order).
-        deletions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let replacements: Vec<(Arc<K>, Option<Arc<K>>)> = objects
-            .iter()
-            .map(|o| {
-                let old = key_of(o)
-                    .ok()
-                    .and_then(|k| self.indexer.get_by_key(k.as_str()));
-                (o.clone(), old)
-            })
+        let Replaced {
+            stored,
+            mut previous,
+        } = self
+            .indexer
+            .replace_streaming(&mut objects, resource_version);
+        let changes: Vec<_> = stored
+            .into_iter()
+            .map(|(key, new)| (previous.remove(&key), new))
             .collect();
-        if let Err(e) = self.indexer.replace_at(objects, resource_version) {
-            // Keys were checked when the list was queued; nothing to tell handlers otherwise.
-            tracing::error!(error = %e, "relist not applied: an object has no valid key");
-            return;
+        // What is left of the old cache went. Sorted, so the order is reproducible (client-go's
+        // follows Go's map order).
+        let mut gone: Vec<_> = previous.into_iter().collect();
+        gone.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (key, obj) in gone {
+            self.processor
+                .distribute(StoredEvent::Tombstone { key, obj }, false, deferred);
         }
-        for (key, obj) in deletions {
-            self.processor.distribute(
-                Event::Delete(DeltaObject::DeletedFinalStateUnknown(
-                    DeletedFinalStateUnknown { key, obj },
-                )),
-                false,
-                deferred,
-            );
-        }
-        for (new, old) in replacements {
+        for (old, new) in changes {
             match old {
                 Some(old) => {
-                    let is_sync = same_version(&*old, &*new);
+                    let is_sync = old.resource_version() == new.resource_version();
                     self.processor
-                        .distribute(Event::Update { old, new }, is_sync, deferred);
+                        .distribute(StoredEvent::Update { old, new }, is_sync, deferred);
                 }
                 None => self.processor.distribute(
-                    Event::Add {
+                    StoredEvent::Add {
                         obj: new,
                         is_in_initial_list,
                     },

@@ -9,7 +9,11 @@ use std::{
 use futures::{Stream, StreamExt, stream::BoxStream};
 use kube::Resource;
 
-use super::{Inner, handler::Event, processor::Listener};
+use super::{
+    Inner,
+    handler::Event,
+    processor::{Listener, Note},
+};
 
 /// A registered handler (client-go `ResourceEventHandlerRegistration`).
 ///
@@ -92,25 +96,29 @@ where
         let queue = listener.queue.clone();
         // A notification counts as handled once the consumer asks for the next one, so
         // `has_synced` means the consumer has been through the whole initial list.
-        let inner =
-            futures::stream::unfold((queue, None::<Event<K>>), |(queue, prev)| async move {
-                if let Some(ev) = prev {
-                    queue.finished(&ev);
-                }
-                let next = loop {
-                    let notified = queue.notified();
-                    tokio::pin!(notified);
-                    notified.as_mut().enable();
-                    match queue.try_pop() {
-                        Err(()) => break None,
-                        Ok(Some(ev)) => break Some(ev),
-                        Ok(None) => notified.await,
+        let inner = futures::stream::unfold((queue, None::<Note<K>>), |(queue, prev)| async move {
+            if let Some(note) = prev {
+                queue.finished(&note);
+            }
+            let (ev, note) = loop {
+                let notified = queue.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                match queue.try_pop() {
+                    Err(()) => return None,
+                    Ok(Some(note)) => {
+                        // A snapshot that does not decode (logged) is skipped.
+                        match note.event().map(std::borrow::Cow::into_owned) {
+                            Some(ev) => break (ev, note),
+                            None => queue.finished(&note),
+                        }
                     }
-                };
-                let ev = next?;
-                Some((ev.clone(), (queue, Some(ev))))
-            })
-            .boxed();
+                    Ok(None) => notified.await,
+                }
+            };
+            Some((ev, (queue, Some(note))))
+        })
+        .boxed();
         Self {
             registration: ResourceEventHandlerRegistration::new(listener, informer),
             inner,

@@ -919,7 +919,7 @@ where
     ) -> Option<WatchEvent<K>> {
         match item {
             WatchItem::Event(ev) => Some(ev),
-            WatchItem::Changed(object) => {
+            WatchItem::Added(object) | WatchItem::Modified(object) => {
                 self.collect_initial(initial, object.meta().key(), || {
                     self.store
                         .list_item_bytes(object.meta().clone(), object.bytes())
@@ -1001,18 +1001,14 @@ where
         let ev = match received {
             WatchItem::Event(ev) => ev,
             // An added or changed object, as the bytes the server sent.
-            WatchItem::Changed(object) => {
-                let res = if object.is_added() {
-                    self.store.add_bytes(&object)
-                } else {
-                    self.store.update_bytes(&object)
-                };
-                let rv = object
-                    .meta()
-                    .resource_version
-                    .as_deref()
-                    .unwrap_or_default();
-                self.applied(w, rv, res);
+            WatchItem::Added(object) => {
+                let res = self.store.add_bytes(&object);
+                self.applied(w, object.meta().resource_version(), res);
+                return Ok(true);
+            }
+            WatchItem::Modified(object) => {
+                let res = self.store.update_bytes(&object);
+                self.applied(w, object.meta().resource_version(), res);
                 return Ok(true);
             }
         };

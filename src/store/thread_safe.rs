@@ -17,10 +17,17 @@ use super::{
     index::{Index, Values, values_of},
     key_of, namespace_index_fn,
     storage::{
-        CacheStats, CacheStorage, Packed, PackedBody, SlotMap, Storage, StorageError,
+        CacheStats, CacheStorage, Packed, PackedBody, SlotMap, Snapshot, Storage, StorageError,
         decoded::Decoded,
     },
 };
+
+/// What [`Indexer::replace_streaming`] did: snapshots of the objects stored, in list order,
+/// and of every object the store held before.
+pub(crate) struct Replaced<K> {
+    pub(crate) stored: Vec<(ObjectKey, Snapshot<K>)>,
+    pub(crate) previous: HashMap<ObjectKey, Snapshot<K>>,
+}
 
 /// A thread-safe store of objects keyed by [`ObjectKey`], with named indices
 /// (client-go's `cache.Indexer` over a `ThreadSafeStore`).
@@ -95,6 +102,12 @@ trait Backend<K>: Send + Sync {
     fn list(&self, selector: Option<&Selector>) -> Vec<Arc<K>>;
     fn list_keys(&self) -> Vec<ObjectKey>;
     fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>);
+    fn replace_streaming(
+        &self,
+        objs: &mut dyn Iterator<Item = (ObjectKey, Arc<K>)>,
+        resource_version: &str,
+    ) -> Replaced<K>;
+    fn snapshots(&self) -> Vec<Snapshot<K>>;
     fn put(&self, key: ObjectKey, obj: Arc<K>, want_old: bool) -> Option<Arc<K>>;
     fn take(&self, key: &ObjectKey, want_old: bool) -> Option<Arc<K>>;
     fn transaction(
@@ -267,6 +280,22 @@ impl<K, S: Storage<K>> Core<K, S> {
         key: ObjectKey,
         obj: Arc<K>,
     ) -> Previous<K, S::Slot> {
+        self.put_from(inner, key, obj, None)
+    }
+
+    /// [`put`](Self::put); `kept` is a slot of the store being replaced that holds this very
+    /// object, whose stored form the new slot then shares.
+    fn put_from(
+        &self,
+        inner: &mut Inner<K, S::Slot>,
+        key: ObjectKey,
+        obj: Arc<K>,
+        kept: Option<&S::Slot>,
+    ) -> Previous<K, S::Slot> {
+        let store = |key: &ObjectKey| match kept {
+            Some(slot) => self.storage.restore(key, slot, &obj),
+            None => self.storage.store(key, &obj),
+        };
         let values = match inner.items.0.get(&key) {
             // The same `Arc` again (a resync re-storing the cached object) cannot have moved.
             Some(item) if self.storage.holds(&item.slot, &obj) => None,
@@ -277,7 +306,7 @@ impl<K, S: Storage<K>> Core<K, S> {
                 let Some(values) = values else {
                     return Previous::Same(obj);
                 };
-                let slot = self.storage.store(entry.key(), &obj);
+                let slot = store(entry.key());
                 let key = entry.key().clone();
                 let item = entry.get_mut();
                 for ((idx, old_values), new_values) in
@@ -294,7 +323,7 @@ impl<K, S: Storage<K>> Core<K, S> {
                 for (idx, values) in inner.indices.iter_mut().zip(&values) {
                     idx.index.add(entry.key(), values);
                 }
-                let slot = self.storage.store(entry.key(), &obj);
+                let slot = store(entry.key());
                 entry.insert(Item { slot, values });
                 Previous::None
             }
@@ -370,39 +399,43 @@ where
     }
 
     fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>) {
-        let mut fresh = Inner {
-            items: Items(HashMap::with_capacity(objs.len())),
-            indices: self.empty_indices(),
-            resource_version: String::new(),
-            rv_metric: None,
-        };
-        // Filled in list order, as `add` would: walking a built map in hash order instead
-        // touches every object at random and measured four times slower at 100k objects.
-        for (key, obj) in objs {
-            Core::put(self, &mut fresh, key, obj);
-        }
-        let mut inner = self.inner.write();
-        // Indexers are only ever appended, so any added meanwhile are the ones past ours.
-        let added: Vec<_> = inner
-            .indices
-            .iter()
-            .skip(fresh.indices.len())
-            .map(|named| (named.name.clone(), Arc::clone(&named.func)))
-            .collect();
-        self.push_indices(&mut fresh, added);
-        fresh.rv_metric = inner.rv_metric.take();
-        match resource_version {
-            Some(rv) => fresh.set_resource_version(rv),
-            None => fresh.resource_version = std::mem::take(&mut inner.resource_version),
-        }
-        let old = std::mem::replace(&mut *inner, fresh);
-        for item in old.items.0.values() {
-            self.storage.drop_slot(&item.slot);
-        }
-        self.after_write(&mut inner);
-        drop(inner);
+        let fresh = self.fresh(&mut objs.into_iter(), |_| {});
         // Freeing the old objects can take a while; readers need not wait for it.
-        drop(old);
+        drop(self.swap(fresh, resource_version));
+    }
+
+    fn replace_streaming(
+        &self,
+        objs: &mut dyn Iterator<Item = (ObjectKey, Arc<K>)>,
+        resource_version: &str,
+    ) -> Replaced<K> {
+        let mut keys = Vec::new();
+        let fresh = self.fresh(objs, |key| keys.push(key.clone()));
+        let stored = keys
+            .into_iter()
+            .filter_map(|key| {
+                let snapshot = self.storage.snapshot(&key, &fresh.items.0.get(&key)?.slot);
+                Some((key, snapshot))
+            })
+            .collect();
+        let old = self.swap(fresh, Some(resource_version));
+        let previous = old
+            .items
+            .0
+            .iter()
+            .map(|(key, item)| (key.clone(), self.storage.snapshot(key, &item.slot)))
+            .collect();
+        Replaced { stored, previous }
+    }
+
+    fn snapshots(&self) -> Vec<Snapshot<K>> {
+        let inner = self.inner.read();
+        inner
+            .items
+            .0
+            .iter()
+            .map(|(key, item)| self.storage.snapshot(key, &item.slot))
+            .collect()
     }
 
     fn put(&self, key: ObjectKey, obj: Arc<K>, want_old: bool) -> Option<Arc<K>> {
@@ -590,6 +623,70 @@ where
 }
 
 impl<K, S: Storage<K>> Core<K, S> {
+    /// The contents of a store replacing this one, built from `objs` with no lock held (but
+    /// briefly this store's read lock per object, for the slot of an unchanged one); `each`
+    /// is told of every key stored. Filled in list order, as `add` would: walking a built map in
+    /// hash order instead touches every object at random and measured four times slower at 100k
+    /// objects.
+    fn fresh(
+        &self,
+        objs: &mut dyn Iterator<Item = (ObjectKey, Arc<K>)>,
+        mut each: impl FnMut(&ObjectKey),
+    ) -> Inner<K, S::Slot> {
+        let mut fresh = Inner {
+            items: Items(HashMap::with_capacity(objs.size_hint().0)),
+            indices: self.empty_indices(),
+            resource_version: String::new(),
+            rv_metric: None,
+        };
+        // `next` may read this store (a relist's reference to a cached object): not under its
+        // lock.
+        for (key, obj) in &mut *objs {
+            each(&key);
+            let current = self.inner.read();
+            // An unchanged object keeps its stored form (a compact cache does not encode it
+            // again).
+            let kept = current
+                .items
+                .0
+                .get(&key)
+                .map(|item| &item.slot)
+                .filter(|slot| self.storage.holds(slot, &obj));
+            Core::put_from(self, &mut fresh, key, obj, kept);
+        }
+        fresh
+    }
+
+    /// Puts `fresh` in place of the store's contents, with any indexers added meanwhile, and the
+    /// store's resourceVersion (kept when `None`); hands back the old contents, to be dropped
+    /// with no lock held.
+    fn swap(
+        &self,
+        mut fresh: Inner<K, S::Slot>,
+        resource_version: Option<&str>,
+    ) -> Inner<K, S::Slot> {
+        let mut inner = self.inner.write();
+        // Indexers are only ever appended, so any added meanwhile are the ones past ours.
+        let added: Vec<_> = inner
+            .indices
+            .iter()
+            .skip(fresh.indices.len())
+            .map(|named| (named.name.clone(), Arc::clone(&named.func)))
+            .collect();
+        self.push_indices(&mut fresh, added);
+        fresh.rv_metric = inner.rv_metric.take();
+        match resource_version {
+            Some(rv) => fresh.set_resource_version(rv),
+            None => fresh.resource_version = std::mem::take(&mut inner.resource_version),
+        }
+        let old = std::mem::replace(&mut *inner, fresh);
+        for item in old.items.0.values() {
+            self.storage.drop_slot(&item.slot);
+        }
+        self.after_write(&mut inner);
+        old
+    }
+
     fn empty_indices(&self) -> Vec<NamedIndex<K>> {
         self.inner
             .read()
@@ -859,6 +956,23 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// As [`replace`](Self::replace).
     pub fn replace_at(&self, objs: Vec<Arc<K>>, resource_version: &str) -> Result<(), KeyError> {
         self.replace_inner(objs, Some(resource_version))
+    }
+
+    /// [`replace_at`](Self::replace_at) with objects that `objs` makes (decodes) one at a time
+    /// as they are stored, so a compact store never holds them all decoded; keys are the
+    /// caller's. Returns snapshots of what it stored, in list order, and of everything it held
+    /// before, for the handlers' notifications.
+    pub(crate) fn replace_streaming(
+        &self,
+        objs: &mut dyn Iterator<Item = (ObjectKey, Arc<K>)>,
+        resource_version: &str,
+    ) -> Replaced<K> {
+        self.core.replace_streaming(objs, resource_version)
+    }
+
+    /// A snapshot of every stored object (in no particular order).
+    pub(crate) fn snapshots(&self) -> Vec<Snapshot<K>> {
+        self.core.snapshots()
     }
 
     /// Applies `ops` in order under one write lock, so readers see all of them or none, and sets

@@ -139,6 +139,11 @@ impl ListedMeta {
             self.name.as_deref().unwrap_or_default(),
         )
     }
+
+    /// The object's resourceVersion, empty when it has none.
+    pub fn resource_version(&self) -> &str {
+        self.resource_version.as_deref().unwrap_or_default()
+    }
 }
 
 /// A listed object decoded as its [`ListedMeta`] only: the type the list decoders decode items

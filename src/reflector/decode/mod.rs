@@ -20,7 +20,7 @@ mod framer;
 mod item;
 mod list;
 mod projection;
-mod raw;
+pub(crate) mod raw;
 mod watch;
 
 pub(crate) use error::{Cause, PeekObject, redact_data_message, redacted as redacted_json};

@@ -38,7 +38,6 @@ impl std::fmt::Debug for RawWatchEvent {
 /// An object a watch event adds or changes, read only as far as a store that takes objects
 /// undecoded needs: its key and resourceVersion, and its bytes as the server sent them.
 pub struct WatchedBytes {
-    added: bool,
     meta: ListedMeta,
     event: Vec<u8>,
     object: Range<usize>,
@@ -49,7 +48,6 @@ impl std::fmt::Debug for WatchedBytes {
     // The bytes are the object's: never printed.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WatchedBytes")
-            .field("added", &self.added)
             .field("meta", &self.meta)
             .field("len", &self.object.len())
             .finish()
@@ -57,11 +55,6 @@ impl std::fmt::Debug for WatchedBytes {
 }
 
 impl WatchedBytes {
-    /// Whether the event was `ADDED` (else `MODIFIED`).
-    pub fn is_added(&self) -> bool {
-        self.added
-    }
-
     /// The object's namespace, name and resourceVersion.
     pub fn meta(&self) -> &ListedMeta {
         &self.meta
@@ -80,8 +73,10 @@ impl WatchedBytes {
 /// changed, undecoded, or any other event decoded.
 #[derive(Debug)]
 pub enum WatchItem<K> {
-    /// An `ADDED` or `MODIFIED` event's object, undecoded.
-    Changed(WatchedBytes),
+    /// An `ADDED` event's object, undecoded.
+    Added(WatchedBytes),
+    /// A `MODIFIED` event's object, undecoded.
+    Modified(WatchedBytes),
     /// Any other event (a deletion, a bookmark, an error), or a change whose object's metadata
     /// did not read, decoded.
     Event(WatchEvent<K>),
@@ -157,7 +152,7 @@ impl RawWatchEvent {
     /// As [`decode`](Self::decode).
     pub fn into_item<K: DeserializeOwned + 'static>(self) -> Result<WatchItem<K>, ListWatchError> {
         match self.into_changed() {
-            Ok(changed) => Ok(WatchItem::Changed(changed)),
+            Ok(changed) => Ok(changed),
             Err(raw) => raw.decode(&Projection::none()).map(WatchItem::Event),
         }
     }
@@ -166,19 +161,25 @@ impl RawWatchEvent {
     /// object's bytes, without decoding the object. The event is handed back for other events
     /// and for bytes that do not read so far; [`decode`](Self::decode) then tells what they
     /// are.
-    pub(crate) fn into_changed(self) -> Result<WatchedBytes, Self> {
+    pub(crate) fn into_changed<K>(self) -> Result<WatchItem<K>, Self> {
         let Some((added, meta, object, encoding)) = self.read_changed() else {
             return Err(self);
         };
-        Ok(WatchedBytes {
-            added,
+        let bytes = WatchedBytes {
             meta,
             event: self.bytes,
             object,
             encoding,
+        };
+        Ok(if added {
+            WatchItem::Added(bytes)
+        } else {
+            WatchItem::Modified(bytes)
         })
     }
 
+    /// Whether the event is `ADDED` (else `MODIFIED`), the object's metadata, where the object
+    /// is in the event, and its encoding; `None` for other events and unreadable metadata.
     fn read_changed(&self) -> Option<(bool, ListedMeta, Range<usize>, ItemEncoding)> {
         let (event, meta, body, encoding) = if self.protobuf {
             let (event, body) = protobuf::watch_frame_parts(&self.bytes).ok()?;
@@ -207,6 +208,18 @@ impl RawWatchEvent {
         // `body` borrows from `self.bytes`: where it starts in them.
         let start = (body.as_ptr() as usize).checked_sub(self.bytes.as_ptr() as usize)?;
         Some((added, meta, start..start + body.len(), encoding))
+    }
+}
+
+/// A JSON watch event's object handed over as its bytes, as the reflector hands it to a store
+/// that takes bytes (for the FIFOs' tests).
+#[cfg(test)]
+pub(crate) fn watched_json(ty: &str, object: impl serde::Serialize) -> WatchedBytes {
+    let line = serde_json::to_vec(&serde_json::json!({"type": ty, "object": object}))
+        .expect("serializable");
+    match RawWatchEvent::json_line(line).into_changed::<()>() {
+        Ok(WatchItem::Added(o) | WatchItem::Modified(o)) => o,
+        _ => panic!("not an ADDED or MODIFIED event with a readable key"),
     }
 }
 
@@ -256,8 +269,11 @@ mod tests {
         for (ty, added) in [("ADDED", true), ("MODIFIED", false)] {
             for raw in events(ty, &config_map()) {
                 let want = decoded(&raw);
-                let changed = raw.into_changed().expect("an object");
-                assert_eq!(changed.is_added(), added, "{ty} {changed:?}");
+                let changed = match raw.into_changed::<ConfigMap>() {
+                    Ok(WatchItem::Added(c)) if added => c,
+                    Ok(WatchItem::Modified(c)) if !added => c,
+                    other => panic!("{ty}: {other:?}"),
+                };
                 assert_eq!(
                     *changed.meta(),
                     ListedMeta {
@@ -282,8 +298,9 @@ mod tests {
         assert!(line.find("\"object\"") < line.find("\"type\""));
         let raw = RawWatchEvent::json_line(line.into_bytes());
         let want = decoded(&raw);
-        let changed = raw.into_changed().unwrap();
-        assert!(!changed.is_added());
+        let Ok(WatchItem::Modified(changed)) = raw.into_changed::<ConfigMap>() else {
+            panic!("not a change");
+        };
         assert_eq!(changed.bytes().decode::<ConfigMap>().unwrap(), want);
     }
 
@@ -338,7 +355,7 @@ mod tests {
         let mut bad = config_map();
         bad["data"] = json!("not a map");
         let raw = json_event("MODIFIED", &bad);
-        let Ok(WatchItem::Changed(changed)) = raw.into_item::<ConfigMap>() else {
+        let Ok(WatchItem::Modified(changed)) = raw.into_item::<ConfigMap>() else {
             panic!("handed over undecoded");
         };
         assert_eq!(changed.meta().name.as_deref(), Some("a"));
@@ -350,7 +367,7 @@ mod tests {
         let raw = json_event("ADDED", &config_map());
         let shown = format!("{raw:?}");
         assert!(!shown.contains("ns") && shown.contains("len"), "{shown}");
-        let shown = format!("{:?}", raw.into_changed().unwrap());
+        let shown = format!("{:?}", raw.into_changed::<ConfigMap>().unwrap());
         assert!(!shown.contains("\"v\"") && shown.contains("len"), "{shown}");
     }
 }

@@ -24,6 +24,10 @@
 //!   blob while it is queued, and decodes it as it is popped; the slot then takes that very blob
 //!   (a hand-off keyed by the popped `Arc`), so a sync encodes and compresses each object once
 //!   and never holds the whole list decoded. Objects of watch events take the same path.
+//! - **Snapshots**: an in-order relist, a resync and a late handler's replay notify handlers
+//!   with [`Snapshot`]s: the slot's blob (shared through an `Arc`, not copied) decoded when the
+//!   handler is called, so listener buffers never hold a list decoded. A relist that lists an
+//!   object the store holds (the same `Arc`) shares its blob with the new store.
 //! - **Sharing**: each slot keeps a `Weak` of the last decoded (or stored) object, so an object
 //!   still held by the FIFO, a handler or a reader comes back without decoding; a ring of the
 //!   last [`CompactConfig::hot_objects`] objects stored, read while held, or decoded twice in a
@@ -44,7 +48,7 @@ use kube::{Resource, core::Selector};
 use parking_lot::Mutex;
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::{CacheStats, SlotMap, Storage, StorageError, selector_matches};
+use super::{CacheStats, SlotMap, Snapshot, Storage, StorageError, StoredObject, selector_matches};
 use crate::{
     reflector::decode::{ItemBytes, ItemEncoding},
     store::ObjectKey,
@@ -265,7 +269,8 @@ impl Blob {
 
 /// What a slot keeps of its object.
 enum Body<K> {
-    Compressed(Blob),
+    /// Shared with the slot's [`Snapshot`]s, and with its copy in a relist's new store.
+    Compressed(Arc<Blob>),
     /// An object that could not be encoded (its `Serialize` failed) or compressed: kept decoded
     /// rather than lost, and logged.
     Pinned(Arc<K>),
@@ -372,6 +377,13 @@ pub(crate) struct Compact<K> {
     /// its address from being reused meanwhile). Several per key when one pop hands out
     /// several packed deltas of the key (an add and the updates after it), stored in turn.
     handoff: Mutex<Handoffs<K>>,
+    /// Shared with the cache's [`Snapshot`]s, which count their decodes here too.
+    counters: Arc<Counters>,
+}
+
+/// The counters behind [`CacheStats`].
+#[derive(Default)]
+struct Counters {
     decodes: AtomicU64,
     decode_errors: AtomicU64,
     packed: AtomicU64,
@@ -466,16 +478,7 @@ impl<K> Compact<K> {
             ring,
             sweep: Mutex::new(VecDeque::new()),
             handoff: Mutex::new(std::collections::HashMap::new()),
-            decodes: AtomicU64::new(0),
-            decode_errors: AtomicU64::new(0),
-            packed: AtomicU64::new(0),
-            packed_from_wire: AtomicU64::new(0),
-            unpacks: AtomicU64::new(0),
-            kept_packed: AtomicU64::new(0),
-            shared_hits: AtomicU64::new(0),
-            stored_bytes: AtomicU64::new(0),
-            encoded_bytes: AtomicU64::new(0),
-            trainings: AtomicU64::new(0),
+            counters: Arc::default(),
         }
     }
 
@@ -601,7 +604,7 @@ impl<K> Compact<K> {
             t.plain_keys = Vec::new();
         }
         t.current = Some(Arc::new(codec));
-        self.trainings.fetch_add(1, Relaxed);
+        self.counters.trainings.fetch_add(1, Relaxed);
     }
 
     /// Re-compresses up to [`RECODE_PER_WRITE`] of the objects compressed before the first
@@ -635,7 +638,7 @@ impl<K> Compact<K> {
             }
             if let Some(recoded) = recode(&key, blob, &current) {
                 self.count_out(slot);
-                slot.body = Body::Compressed(recoded);
+                slot.body = Body::Compressed(Arc::new(recoded));
                 self.count_in(slot);
             }
         }
@@ -658,7 +661,7 @@ impl<K> Compact<K> {
             }
             taken?
         };
-        self.kept_packed.fetch_add(1, Relaxed);
+        self.counters.kept_packed.fetch_add(1, Relaxed);
         if blob.codec.generation != 0 {
             return Some(blob);
         }
@@ -680,14 +683,14 @@ impl<K> Compact<K> {
 
     fn count_in(&self, slot: &CompactSlot<K>) {
         let (stored, encoded) = slot.stored_bytes();
-        self.stored_bytes.fetch_add(stored, Relaxed);
-        self.encoded_bytes.fetch_add(encoded, Relaxed);
+        self.counters.stored_bytes.fetch_add(stored, Relaxed);
+        self.counters.encoded_bytes.fetch_add(encoded, Relaxed);
     }
 
     fn count_out(&self, slot: &CompactSlot<K>) {
         let (stored, encoded) = slot.stored_bytes();
-        self.stored_bytes.fetch_sub(stored, Relaxed);
-        self.encoded_bytes.fetch_sub(encoded, Relaxed);
+        self.counters.stored_bytes.fetch_sub(stored, Relaxed);
+        self.counters.encoded_bytes.fetch_sub(encoded, Relaxed);
     }
 }
 
@@ -732,17 +735,82 @@ fn redacted(e: &serde_json::Error) -> String {
     )
 }
 
+/// A slot's compressed object apart from the store (a [`Snapshot`]), with the decoded object
+/// its readers share.
+struct StoredCopy<K> {
+    key: ObjectKey,
+    blob: Arc<Blob>,
+    /// As the slot's: the resourceVersion first.
+    meta: Box<str>,
+    shared: Mutex<Weak<K>>,
+    counters: Arc<Counters>,
+}
+
+impl<K> StoredObject<K> for StoredCopy<K>
+where
+    K: DeserializeOwned + Send + Sync + 'static,
+{
+    fn load(&self) -> Result<Arc<K>, StorageError> {
+        let mut shared = self.shared.lock();
+        if let Some(obj) = shared.upgrade() {
+            self.counters.shared_hits.fetch_add(1, Relaxed);
+            return Ok(obj);
+        }
+        match decode_blob(&self.key, &self.blob, |_| ()) {
+            Ok((obj, ())) => {
+                self.counters.decodes.fetch_add(1, Relaxed);
+                *shared = Arc::downgrade(&obj);
+                Ok(obj)
+            }
+            Err(e) => {
+                self.counters.decode_errors.fetch_add(1, Relaxed);
+                tracing::error!(error = %e, "cached object unreadable");
+                Err(e)
+            }
+        }
+    }
+
+    fn resource_version(&self) -> Option<&str> {
+        let rv = self.meta.split('\0').next().unwrap_or_default();
+        (!rv.is_empty()).then_some(rv)
+    }
+}
+
 impl<K> Compact<K>
 where
     K: Serialize + DeserializeOwned + 'static,
 {
+    /// A slot holding `body`, with `obj` shared (and kept hot if `hot`).
+    fn new_slot(
+        &self,
+        key: &ObjectKey,
+        body: Body<K>,
+        meta: Box<str>,
+        obj: &Arc<K>,
+        hot: bool,
+    ) -> CompactSlot<K> {
+        let slot = CompactSlot {
+            body,
+            meta,
+            shared: Mutex::new(Shared {
+                weak: Weak::new(),
+                ring_stamp: u64::MAX,
+                queued: false,
+                decoded_at: u64::MAX,
+            }),
+        };
+        self.share(key, &mut slot.shared.lock(), obj, hot);
+        self.count_in(&slot);
+        slot
+    }
+
     fn decode(&self, key: &ObjectKey, body: &Body<K>) -> Result<Arc<K>, StorageError> {
         let blob = match body {
             Body::Compressed(blob) => blob,
             Body::Pinned(obj) => return Ok(Arc::clone(obj)),
         };
         let (obj, ()) = decode_blob(key, blob, |_| ())?;
-        self.decodes.fetch_add(1, Relaxed);
+        self.counters.decodes.fetch_add(1, Relaxed);
         Ok(obj)
     }
 
@@ -779,9 +847,9 @@ where
         also: impl FnOnce(&[u8]) -> T,
     ) -> Result<(Arc<K>, T), StorageError> {
         let out = decode_blob(key, blob, also).inspect_err(|_| {
-            self.decode_errors.fetch_add(1, Relaxed);
+            self.counters.decode_errors.fetch_add(1, Relaxed);
         })?;
-        self.unpacks.fetch_add(1, Relaxed);
+        self.counters.unpacks.fetch_add(1, Relaxed);
         Ok(out)
     }
 
@@ -826,30 +894,41 @@ where
             Some(blob) => Ok(blob),
             None => self.encode(key, obj, true),
         };
-        let body = encoded.map(Body::Compressed).unwrap_or_else(|reason| {
+        let body = encoded
+            .map(|blob| Body::Compressed(Arc::new(blob)))
+            .unwrap_or_else(|reason| {
             tracing::warn!(key = %key, reason, "compact cache: object kept decoded, it does not encode");
             Body::Pinned(Arc::clone(obj))
         });
-        let slot = CompactSlot {
-            body,
-            meta: meta_of(&**obj),
-            shared: Mutex::new(Shared {
-                weak: Weak::new(),
-                ring_stamp: u64::MAX,
-                queued: false,
-                decoded_at: u64::MAX,
-            }),
-        };
         // Just written: what a controller reads next, once its handler has queued the key.
-        self.share(key, &mut slot.shared.lock(), obj, true);
-        self.count_in(&slot);
-        slot
+        self.new_slot(key, body, meta_of(&**obj), obj, true)
+    }
+
+    fn restore(&self, key: &ObjectKey, slot: &CompactSlot<K>, obj: &Arc<K>) -> CompactSlot<K> {
+        let body = match &slot.body {
+            Body::Compressed(blob) => Body::Compressed(Arc::clone(blob)),
+            Body::Pinned(obj) => Body::Pinned(Arc::clone(obj)),
+        };
+        self.new_slot(key, body, slot.meta.clone(), obj, false)
+    }
+
+    fn snapshot(&self, key: &ObjectKey, slot: &CompactSlot<K>) -> Snapshot<K> {
+        match &slot.body {
+            Body::Pinned(obj) => Snapshot::Decoded(Arc::clone(obj)),
+            Body::Compressed(blob) => Snapshot::Stored(Arc::new(StoredCopy {
+                key: key.clone(),
+                blob: Arc::clone(blob),
+                meta: slot.meta.clone(),
+                shared: Mutex::new(slot.shared.lock().weak.clone()),
+                counters: Arc::clone(&self.counters),
+            })),
+        }
     }
 
     fn load(&self, key: &ObjectKey, slot: &CompactSlot<K>) -> Result<Arc<K>, StorageError> {
         let mut shared = slot.shared.lock();
         if let Some(obj) = shared.weak.upgrade() {
-            self.shared_hits.fetch_add(1, Relaxed);
+            self.counters.shared_hits.fetch_add(1, Relaxed);
             self.keep_hot(&mut shared, &obj);
             return Ok(obj);
         }
@@ -858,7 +937,7 @@ where
                 // Admission: an object enters the hot ring when decoded a second time within
                 // about as many decodes as the ring holds, so a scan of cold objects (a list)
                 // neither evicts the hot ones nor pays for dropping them.
-                let now = self.decodes.load(Relaxed);
+                let now = self.counters.decodes.load(Relaxed);
                 let hot = shared.decoded_at != u64::MAX
                     && now - shared.decoded_at <= self.config.hot_objects as u64;
                 shared.decoded_at = now;
@@ -866,7 +945,7 @@ where
                 Ok(obj)
             }
             Err(e) => {
-                self.decode_errors.fetch_add(1, Relaxed);
+                self.counters.decode_errors.fetch_add(1, Relaxed);
                 Err(e)
             }
         }
@@ -878,11 +957,11 @@ where
         slot: &CompactSlot<K>,
     ) -> Result<Arc<K>, StorageError> {
         if let Some(obj) = slot.shared.lock().weak.upgrade() {
-            self.shared_hits.fetch_add(1, Relaxed);
+            self.counters.shared_hits.fetch_add(1, Relaxed);
             return Ok(obj);
         }
         self.decode(key, &slot.body).inspect_err(|_| {
-            self.decode_errors.fetch_add(1, Relaxed);
+            self.counters.decode_errors.fetch_add(1, Relaxed);
         })
     }
 
@@ -917,7 +996,7 @@ where
     fn pack(&self, key: &ObjectKey, obj: &K) -> Option<super::PackedBody> {
         match self.encode(key, obj, false) {
             Ok(blob) => {
-                self.packed.fetch_add(1, Relaxed);
+                self.counters.packed.fetch_add(1, Relaxed);
                 Some(super::PackedBody::Compressed(blob))
             }
             // The FIFO holds it decoded, and `store` tries (and reports) again.
@@ -931,8 +1010,8 @@ where
     fn pack_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Option<super::PackedBody> {
         match self.blob(key, bytes.bytes, bytes.encoding, false) {
             Ok(blob) => {
-                self.packed.fetch_add(1, Relaxed);
-                self.packed_from_wire.fetch_add(1, Relaxed);
+                self.counters.packed.fetch_add(1, Relaxed);
+                self.counters.packed_from_wire.fetch_add(1, Relaxed);
                 Some(super::PackedBody::Compressed(blob))
             }
             Err(reason) => {
@@ -1008,16 +1087,16 @@ where
 
     fn stats(&self) -> CacheStats {
         CacheStats {
-            decodes: self.decodes.load(Relaxed),
-            decode_errors: self.decode_errors.load(Relaxed),
-            shared_hits: self.shared_hits.load(Relaxed),
-            stored_bytes: self.stored_bytes.load(Relaxed),
-            encoded_bytes: self.encoded_bytes.load(Relaxed),
-            dictionary_trainings: self.trainings.load(Relaxed),
-            packed: self.packed.load(Relaxed),
-            packed_from_wire: self.packed_from_wire.load(Relaxed),
-            unpacks: self.unpacks.load(Relaxed),
-            kept_packed: self.kept_packed.load(Relaxed),
+            decodes: self.counters.decodes.load(Relaxed),
+            decode_errors: self.counters.decode_errors.load(Relaxed),
+            shared_hits: self.counters.shared_hits.load(Relaxed),
+            stored_bytes: self.counters.stored_bytes.load(Relaxed),
+            encoded_bytes: self.counters.encoded_bytes.load(Relaxed),
+            dictionary_trainings: self.counters.trainings.load(Relaxed),
+            packed: self.counters.packed.load(Relaxed),
+            packed_from_wire: self.counters.packed_from_wire.load(Relaxed),
+            unpacks: self.counters.unpacks.load(Relaxed),
+            kept_packed: self.counters.kept_packed.load(Relaxed),
         }
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use kube::{Resource, core::Selector};
 
-use super::{Storage, StorageError, selector_matches};
+use super::{Snapshot, Storage, StorageError, selector_matches};
 use crate::store::ObjectKey;
 
 /// Holds objects as they are.
@@ -25,6 +25,10 @@ impl<K: Resource + Send + Sync + 'static> Storage<K> for Decoded {
 
     fn holds(&self, slot: &Arc<K>, obj: &Arc<K>) -> bool {
         Arc::ptr_eq(slot, obj)
+    }
+
+    fn snapshot(&self, _key: &ObjectKey, slot: &Arc<K>) -> Snapshot<K> {
+        Snapshot::Decoded(Arc::clone(slot))
     }
 
     fn labels_match(&self, slot: &Arc<K>, selector: &Selector) -> bool {

@@ -126,6 +126,62 @@ pub(crate) enum PackedBody {
     Compressed(compact::Blob),
 }
 
+/// An object as a store held it when the snapshot was taken, readable later whatever the store
+/// holds by then: the decoded object itself, or (`CacheStorage::Compact`) its compressed bytes,
+/// decoded when read and shared by every clone of the snapshot while anyone holds the result.
+/// The handlers' notifications of a relist, a resync or a late registration's replay carry
+/// these, so that a compact cache never holds a whole list decoded while handlers work through
+/// it (issue #12 part 4).
+pub(crate) enum Snapshot<K> {
+    /// The object.
+    Decoded(Arc<K>),
+    /// The stored form, decoded when read.
+    Stored(Arc<dyn StoredObject<K>>),
+}
+
+impl<K> Clone for Snapshot<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Decoded(obj) => Self::Decoded(Arc::clone(obj)),
+            Self::Stored(s) => Self::Stored(Arc::clone(s)),
+        }
+    }
+}
+
+impl<K> Snapshot<K> {
+    /// The object, decoded if need be.
+    ///
+    /// # Errors
+    ///
+    /// The stored form does not decode (see [`StorageError`]; counted and logged by the
+    /// storage).
+    pub(crate) fn load(&self) -> Result<Arc<K>, StorageError> {
+        match self {
+            Self::Decoded(obj) => Ok(Arc::clone(obj)),
+            Self::Stored(s) => s.load(),
+        }
+    }
+}
+
+impl<K: kube::Resource> Snapshot<K> {
+    /// The object's resourceVersion, read without decoding it.
+    pub(crate) fn resource_version(&self) -> Option<&str> {
+        match self {
+            Self::Decoded(obj) => obj.meta().resource_version.as_deref(),
+            Self::Stored(s) => s.resource_version(),
+        }
+    }
+}
+
+/// A stored form of one object, kept apart from the store (see [`Snapshot::Stored`]).
+pub(crate) trait StoredObject<K>: Send + Sync {
+    /// The object decoded, or the one decoded before if someone still holds it.
+    fn load(&self) -> Result<Arc<K>, StorageError>;
+
+    /// Its resourceVersion.
+    fn resource_version(&self) -> Option<&str>;
+}
+
 /// A stored object that could not be turned back into a `K`. It cannot happen unless memory is
 /// corrupted or `K`'s `Serialize` and `Deserialize` disagree (the store encoded the object
 /// itself), and is never silently lost: every read that meets it logs it, counts it in
@@ -185,6 +241,16 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     /// Whether `slot` holds this very `Arc` (a resync storing the cached object again), so the
     /// store can skip recomputing its index values.
     fn holds(&self, slot: &Self::Slot, obj: &Arc<K>) -> bool;
+
+    /// The slot for `obj` when `slot`, of another store (a relist building the store's
+    /// replacement), [`holds`](Self::holds) it: a copy that shares what can be shared, so
+    /// that an unchanged object is not encoded again.
+    fn restore(&self, key: &ObjectKey, _slot: &Self::Slot, obj: &Arc<K>) -> Self::Slot {
+        self.store(key, obj)
+    }
+
+    /// A snapshot of the object in `slot`.
+    fn snapshot(&self, key: &ObjectKey, slot: &Self::Slot) -> Snapshot<K>;
 
     /// Whether the object in `slot` has labels matching `selector`, without decoding it.
     fn labels_match(&self, slot: &Self::Slot, selector: &Selector) -> bool;

@@ -672,3 +672,81 @@ fn a_list_packed_before_the_dictionary_is_decompressed_once_an_object() {
         assert_eq!(*store.load(key, slot).unwrap(), **want);
     }
 }
+
+/// A streaming replace (an in-order relist): snapshots of what it stored and of what the store
+/// held before, readable after the store moved on, decoded once while their readers hold the
+/// object; and an unchanged object keeps its stored form.
+#[test]
+fn a_streaming_replace_hands_out_snapshots_that_outlive_the_store() {
+    let store = compact(
+        CompactConfig::default()
+            .hot_objects(0)
+            .dictionary_samples(0),
+    );
+    let body = |s: &str| [("k", s.repeat(50))];
+    let (a1, b1) = (
+        cm("ns", "a", 1, &[], &body("a1")),
+        cm("ns", "b", 1, &[], &body("b1")),
+    );
+    store.replace_at(vec![a1.clone(), b1.clone()], "1").unwrap();
+    let a1 = Arc::unwrap_or_clone(a1);
+    let stored_before = store.stats().stored_bytes;
+    let a2 = cm("ns", "a", 2, &[], &body("a2"));
+    let key = |n: &str| ObjectKey::new(Some("ns"), n).unwrap();
+    // `b` goes, `a` changes, `c` comes; `b1` is still held, so an unchanged `b` would be kept as
+    // it was, but it is not listed.
+    let c1 = cm("ns", "c", 2, &[], &body("c1"));
+    let replaced = store.replace_streaming(
+        &mut vec![(key("a"), a2.clone()), (key("c"), c1.clone())].into_iter(),
+        "2",
+    );
+    assert_eq!(store.last_store_sync_resource_version(), "2");
+    let stored: Vec<_> = replaced.stored.iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(stored, [key("a"), key("c")]);
+    let mut previous: Vec<_> = replaced.previous.keys().cloned().collect();
+    previous.sort();
+    assert_eq!(previous, [key("a"), key("b")]);
+    assert_eq!(
+        replaced.previous[&key("a")].resource_version(),
+        Some("1"),
+        "read without decoding"
+    );
+
+    // The old `a` is no longer in the store, and nobody holds it: its snapshot decodes it, once
+    // while it is held.
+    let decodes = store.stats().decodes;
+    let old_a = replaced.previous[&key("a")].load().unwrap();
+    assert_eq!(*old_a, a1);
+    let again = replaced.previous[&key("a")].clone().load().unwrap();
+    assert!(Arc::ptr_eq(&old_a, &again));
+    assert_eq!(store.stats().decodes, decodes + 1);
+    // `b1` is held by the test: shared, not decoded.
+    let old_b = replaced.previous[&key("b")].load().unwrap();
+    assert!(Arc::ptr_eq(&old_b, &b1));
+    assert_eq!(*replaced.stored[1].1.load().unwrap(), *c1);
+    drop(replaced);
+    assert_eq!(by_key(store.list()), [(*a2).clone(), (*c1).clone()]);
+    assert!(store.stats().stored_bytes > 0 && stored_before > 0);
+
+    // A relist of the very object the store holds keeps its stored form. Stored from bytes as
+    // a server sent them (indented JSON here), it keeps those: encoded again, it would be
+    // compact JSON, fewer bytes.
+    let sent = serde_json::to_vec_pretty(&*c1).unwrap();
+    let bytes = crate::reflector::decode::ItemBytes {
+        bytes: &sent,
+        encoding: crate::reflector::decode::ItemEncoding::Json,
+    };
+    let c = store
+        .unpack(store.pack_bytes(&key("c"), bytes).unwrap())
+        .unwrap();
+    store.insert(key("c"), c.clone());
+    let encoded = store.stats().encoded_bytes;
+    let held = store.get_by_key("ns/a").unwrap();
+    store.replace_streaming(&mut vec![(key("a"), held), (key("c"), c)].into_iter(), "3");
+    assert_eq!(
+        store.stats().encoded_bytes,
+        encoded,
+        "kept, not encoded again"
+    );
+    assert_eq!(by_key(store.list()), [(*a2).clone(), (*c1).clone()]);
+}
