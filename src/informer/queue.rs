@@ -16,7 +16,7 @@ use crate::{
         ListItem, Popped,
     },
     reflector::ReflectorStore,
-    store::{Replaced, StoreOp, key_of},
+    store::{Listed, Replaced, StoreOp, key_of},
 };
 
 /// Which FIFO an informer runs between its reflector and its cache, and so which client-go
@@ -310,11 +310,17 @@ where
         is_in_initial_list: bool,
         deferred: &mut Vec<Reservation<K>>,
     ) {
-        let mut objects = items.into_iter().filter_map(|item| {
-            let obj = fifo.unpack_item(item)?;
-            // Keys were checked when the list was queued.
-            let key = key_of(&*obj).ok()?;
-            Some((key, obj))
+        let mut objects = items.into_iter().filter_map(|item| match item {
+            // An unchanged object: kept as the cache holds it, not decoded.
+            ListItem::Packed(packed) if packed.is_cached() => {
+                Some((packed.key().clone(), Listed::Cached))
+            }
+            item => {
+                let obj = fifo.unpack_item(item)?;
+                // Keys were checked when the list was queued.
+                let key = key_of(&*obj).ok()?;
+                Some((key, Listed::Object(obj)))
+            }
         });
         let Replaced {
             stored,
@@ -337,6 +343,13 @@ where
         for (old, new) in changes {
             match old {
                 Some(old) => {
+                    // An unchanged object: one snapshot for both, decoded once (in Decoded mode
+                    // they are the same `Arc` already).
+                    let old = if old.same_object(&new) {
+                        new.clone()
+                    } else {
+                        old
+                    };
                     let is_sync = old.resource_version() == new.resource_version();
                     self.processor
                         .distribute(StoredEvent::Update { old, new }, is_sync, deferred);

@@ -18,4 +18,7 @@ pub use key::{KeyError, KeySource, ObjectKey, key_of, split_key};
 pub use storage::CompactConfig;
 pub use storage::{CacheStats, CacheStorage, Packed, StorageError};
 pub use thread_safe::{Indexer, StoreOp};
-pub(crate) use {storage::Snapshot, thread_safe::Replaced};
+pub(crate) use {
+    storage::Snapshot,
+    thread_safe::{Listed, Replaced},
+};

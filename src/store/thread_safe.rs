@@ -22,6 +22,15 @@ use super::{
     },
 };
 
+/// One object of [`Indexer::replace_streaming`]'s list.
+pub(crate) enum Listed<K> {
+    /// This object.
+    Object(Arc<K>),
+    /// The object the store holds under the key (a relist of an unchanged object): kept as it
+    /// is stored, with its index values, never decoded. Left out if the store holds none.
+    Cached,
+}
+
 /// What [`Indexer::replace_streaming`] did: snapshots of the objects stored, in list order,
 /// and of every object the store held before.
 pub(crate) struct Replaced<K> {
@@ -104,7 +113,7 @@ trait Backend<K>: Send + Sync {
     fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>);
     fn replace_streaming(
         &self,
-        objs: &mut dyn Iterator<Item = (ObjectKey, Arc<K>)>,
+        objs: &mut dyn Iterator<Item = (ObjectKey, Listed<K>)>,
         resource_version: &str,
     ) -> Replaced<K>;
     fn snapshots(&self) -> Vec<Snapshot<K>>;
@@ -399,14 +408,15 @@ where
     }
 
     fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>) {
-        let fresh = self.fresh(&mut objs.into_iter(), |_| {});
+        let mut objs = objs.into_iter().map(|(k, o)| (k, Listed::Object(o)));
+        let fresh = self.fresh(&mut objs, |_| {});
         // Freeing the old objects can take a while; readers need not wait for it.
         drop(self.swap(fresh, resource_version));
     }
 
     fn replace_streaming(
         &self,
-        objs: &mut dyn Iterator<Item = (ObjectKey, Arc<K>)>,
+        objs: &mut dyn Iterator<Item = (ObjectKey, Listed<K>)>,
         resource_version: &str,
     ) -> Replaced<K> {
         let mut keys = Vec::new();
@@ -630,7 +640,7 @@ impl<K, S: Storage<K>> Core<K, S> {
     /// objects.
     fn fresh(
         &self,
-        objs: &mut dyn Iterator<Item = (ObjectKey, Arc<K>)>,
+        objs: &mut dyn Iterator<Item = (ObjectKey, Listed<K>)>,
         mut each: impl FnMut(&ObjectKey),
     ) -> Inner<K, S::Slot> {
         let mut fresh = Inner {
@@ -641,7 +651,34 @@ impl<K, S: Storage<K>> Core<K, S> {
         };
         // `next` may read this store (a relist's reference to a cached object): not under its
         // lock.
-        for (key, obj) in &mut *objs {
+        for (key, listed) in &mut *objs {
+            let obj = match listed {
+                Listed::Object(obj) => obj,
+                Listed::Cached => {
+                    let current = self.inner.read();
+                    let Some(item) = current.items.0.get(&key) else {
+                        continue;
+                    };
+                    each(&key);
+                    let slot = self.storage.copy(&key, &item.slot);
+                    // Indexers added since `fresh` was made get their values in `swap`.
+                    let values: Box<[Values]> = item
+                        .values
+                        .iter()
+                        .take(fresh.indices.len())
+                        .cloned()
+                        .collect();
+                    drop(current);
+                    for (idx, values) in fresh.indices.iter_mut().zip(&values) {
+                        idx.index.add(&key, values);
+                    }
+                    if let Some(old) = fresh.items.0.insert(key, Item { slot, values }) {
+                        // A key listed twice: the later one wins, as for `put`.
+                        self.storage.drop_slot(&old.slot);
+                    }
+                    continue;
+                }
+            };
             each(&key);
             let current = self.inner.read();
             // An unchanged object keeps its stored form (a compact cache does not encode it
@@ -653,6 +690,11 @@ impl<K, S: Storage<K>> Core<K, S> {
                 .map(|item| &item.slot)
                 .filter(|slot| self.storage.holds(slot, &obj));
             Core::put_from(self, &mut fresh, key, obj, kept);
+            drop(current);
+            // As after each write to the live store: a compact store's slots keep a `Weak` of
+            // what they stored, which pins its allocation once the object is dropped (as it is
+            // here) until swept; unswept, a relist of N objects would pin N of them.
+            self.storage.tidy(&fresh.items);
         }
         fresh
     }
@@ -964,7 +1006,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// before, for the handlers' notifications.
     pub(crate) fn replace_streaming(
         &self,
-        objs: &mut dyn Iterator<Item = (ObjectKey, Arc<K>)>,
+        objs: &mut dyn Iterator<Item = (ObjectKey, Listed<K>)>,
         resource_version: &str,
     ) -> Replaced<K> {
         self.core.replace_streaming(objs, resource_version)

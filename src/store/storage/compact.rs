@@ -740,8 +740,7 @@ fn redacted(e: &serde_json::Error) -> String {
 struct StoredCopy<K> {
     key: ObjectKey,
     blob: Arc<Blob>,
-    /// As the slot's: the resourceVersion first.
-    meta: Box<str>,
+    resource_version: Box<str>,
     shared: Mutex<Weak<K>>,
     counters: Arc<Counters>,
 }
@@ -771,8 +770,11 @@ where
     }
 
     fn resource_version(&self) -> Option<&str> {
-        let rv = self.meta.split('\0').next().unwrap_or_default();
-        (!rv.is_empty()).then_some(rv)
+        (!self.resource_version.is_empty()).then_some(&*self.resource_version)
+    }
+
+    fn stored(&self) -> *const () {
+        Arc::as_ptr(&self.blob).cast()
     }
 }
 
@@ -912,13 +914,37 @@ where
         self.new_slot(key, body, slot.meta.clone(), obj, false)
     }
 
+    fn copy(&self, key: &ObjectKey, slot: &CompactSlot<K>) -> CompactSlot<K> {
+        let body = match &slot.body {
+            Body::Compressed(blob) => Body::Compressed(Arc::clone(blob)),
+            Body::Pinned(obj) => Body::Pinned(Arc::clone(obj)),
+        };
+        let held = slot.shared.lock().weak.upgrade();
+        let copy = CompactSlot {
+            body,
+            meta: slot.meta.clone(),
+            shared: Mutex::new(Shared {
+                weak: Weak::new(),
+                ring_stamp: u64::MAX,
+                queued: false,
+                decoded_at: u64::MAX,
+            }),
+        };
+        // Still shared with whoever holds the object.
+        if let Some(obj) = held {
+            self.share(key, &mut copy.shared.lock(), &obj, false);
+        }
+        self.count_in(&copy);
+        copy
+    }
+
     fn snapshot(&self, key: &ObjectKey, slot: &CompactSlot<K>) -> Snapshot<K> {
         match &slot.body {
             Body::Pinned(obj) => Snapshot::Decoded(Arc::clone(obj)),
             Body::Compressed(blob) => Snapshot::Stored(Arc::new(StoredCopy {
                 key: key.clone(),
                 blob: Arc::clone(blob),
-                meta: slot.meta.clone(),
+                resource_version: slot.meta.split('\0').next().unwrap_or_default().into(),
                 shared: Mutex::new(slot.shared.lock().weak.clone()),
                 counters: Arc::clone(&self.counters),
             })),

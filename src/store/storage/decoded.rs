@@ -27,6 +27,10 @@ impl<K: Resource + Send + Sync + 'static> Storage<K> for Decoded {
         Arc::ptr_eq(slot, obj)
     }
 
+    fn copy(&self, _key: &ObjectKey, slot: &Arc<K>) -> Arc<K> {
+        Arc::clone(slot)
+    }
+
     fn snapshot(&self, _key: &ObjectKey, slot: &Arc<K>) -> Snapshot<K> {
         Snapshot::Decoded(Arc::clone(slot))
     }

@@ -93,6 +93,11 @@ impl Packed {
         &self.key
     }
 
+    /// Whether this is a reference to the version cached under the key ([`cached`](Self::cached)).
+    pub(crate) fn is_cached(&self) -> bool {
+        matches!(self.body, PackedBody::Cached)
+    }
+
     /// The version cached under the key when this was packed (a relist of an unchanged object, or
     /// a resync): nothing is copied, and the cached object is read when the FIFO hands it out.
     pub(crate) fn cached(key: ObjectKey) -> Self {
@@ -173,6 +178,18 @@ impl<K: kube::Resource> Snapshot<K> {
     }
 }
 
+impl<K> Snapshot<K> {
+    /// Whether both are of the very same stored object (the same `Arc`, or the same stored
+    /// bytes): an unchanged object of a relist, whose old and new snapshots then decode once.
+    pub(crate) fn same_object(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Decoded(a), Self::Decoded(b)) => Arc::ptr_eq(a, b),
+            (Self::Stored(a), Self::Stored(b)) => std::ptr::eq(a.stored(), b.stored()),
+            _ => false,
+        }
+    }
+}
+
 /// A stored form of one object, kept apart from the store (see [`Snapshot::Stored`]).
 pub(crate) trait StoredObject<K>: Send + Sync {
     /// The object decoded, or the one decoded before if someone still holds it.
@@ -180,6 +197,9 @@ pub(crate) trait StoredObject<K>: Send + Sync {
 
     /// Its resourceVersion.
     fn resource_version(&self) -> Option<&str>;
+
+    /// Where its stored form is: equal for snapshots of the same stored bytes.
+    fn stored(&self) -> *const ();
 }
 
 /// A stored object that could not be turned back into a `K`. It cannot happen unless memory is
@@ -248,6 +268,10 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     fn restore(&self, key: &ObjectKey, _slot: &Self::Slot, obj: &Arc<K>) -> Self::Slot {
         self.store(key, obj)
     }
+
+    /// The slot for the object in `slot`, of another store (a relist building the store's
+    /// replacement), as it is stored: nothing decoded, nothing encoded.
+    fn copy(&self, key: &ObjectKey, slot: &Self::Slot) -> Self::Slot;
 
     /// A snapshot of the object in `slot`.
     fn snapshot(&self, key: &ObjectKey, slot: &Self::Slot) -> Snapshot<K>;

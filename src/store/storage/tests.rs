@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 
 use super::{CacheStorage, CompactConfig, StorageError};
+use crate::store::Listed;
 use crate::{
     IndexFn, Indexer, Indexers, NAMESPACE_INDEX, ObjectKey, StoreOp, parse_label_selector,
 };
@@ -697,7 +698,11 @@ fn a_streaming_replace_hands_out_snapshots_that_outlive_the_store() {
     // it was, but it is not listed.
     let c1 = cm("ns", "c", 2, &[], &body("c1"));
     let replaced = store.replace_streaming(
-        &mut vec![(key("a"), a2.clone()), (key("c"), c1.clone())].into_iter(),
+        &mut vec![
+            (key("a"), Listed::Object(a2.clone())),
+            (key("c"), Listed::Object(c1.clone())),
+        ]
+        .into_iter(),
         "2",
     );
     assert_eq!(store.last_store_sync_resource_version(), "2");
@@ -742,11 +747,46 @@ fn a_streaming_replace_hands_out_snapshots_that_outlive_the_store() {
     store.insert(key("c"), c.clone());
     let encoded = store.stats().encoded_bytes;
     let held = store.get_by_key("ns/a").unwrap();
-    store.replace_streaming(&mut vec![(key("a"), held), (key("c"), c)].into_iter(), "3");
+    store.replace_streaming(
+        &mut vec![
+            (key("a"), Listed::Object(held)),
+            (key("c"), Listed::Object(c)),
+        ]
+        .into_iter(),
+        "3",
+    );
     assert_eq!(
         store.stats().encoded_bytes,
         encoded,
         "kept, not encoded again"
+    );
+    assert_eq!(by_key(store.list()), [(*a2).clone(), (*c1).clone()]);
+    // Relisted unchanged (the held object, or a reference to the cached one, which is not
+    // decoded), each object's new snapshot is of its old one's very bytes (so a handler's old
+    // and new decode once); two objects' snapshots are not. A reference to a key the store does
+    // not hold is left out.
+    let held = store.get_by_key("ns/a").unwrap();
+    let decodes = store.stats().decodes;
+    let relisted = store.replace_streaming(
+        &mut vec![
+            (key("a"), Listed::Object(held)),
+            (key("c"), Listed::Cached),
+            (key("gone"), Listed::Cached),
+        ]
+        .into_iter(),
+        "4",
+    );
+    assert_eq!(store.stats().decodes, decodes, "nothing decoded");
+    assert_eq!(relisted.stored.len(), 2);
+    for (k, new) in &relisted.stored {
+        assert!(new.same_object(&relisted.previous[k]), "{k}");
+    }
+    assert!(!relisted.stored[0].1.same_object(&relisted.stored[1].1));
+    assert_eq!(store.stats().encoded_bytes, encoded);
+    assert_eq!(
+        store.index_keys(NAMESPACE_INDEX, "ns").unwrap().len(),
+        2,
+        "index values kept"
     );
     assert_eq!(by_key(store.list()), [(*a2).clone(), (*c1).clone()]);
 }
