@@ -52,12 +52,13 @@ run_e2e() {
     KUBE_INFORMER_E2E_BIN="$bin" cargo test --all-features --test e2e -- --include-ignored --test-threads=1
     # The informer tests once more in the in-order FIFO mode (what client-go 1.36+ runs): the
     # ones whose handler calls the two modes could deliver differently (relists, restarts,
-    # concurrent writes, CRDs, list-then-watch).
+    # concurrent writes, CRDs, list-then-watch), and the Compact cache, whose relists the two
+    # modes apply differently.
     echo "e2e: informer tests again with KUBE_INFORMER_E2E_FIFO=in-order"
     KUBE_INFORMER_E2E_FIFO=in-order KUBE_INFORMER_E2E_BIN="$bin" cargo test --all-features --test e2e -- \
         --include-ignored --test-threads=1 \
         typed_pod_and_config_map relist_after_expiry apiserver_is_killed ten_thousand \
-        custom_resource list_then_watch
+        custom_resource list_then_watch a_compact_cache_equals_the_server
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
