@@ -178,11 +178,23 @@ async fn a_listed_object_that_does_not_decode_is_left_out(mode: FifoMode) {
     let informer = factory.informer::<ConfigMap>();
     let reported = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let sink = reported.clone();
+    // The error handler registers a handler: it must not be called with a lock held that the
+    // registration takes (a deadlock).
+    let (late, registered) = (informer.clone(), Arc::new(Mutex::new(Vec::new())));
+    let registrations = registered.clone();
     informer
-        .set_watch_error_handler(Arc::new(move |e| sink.lock().push(e.to_string())))
+        .set_watch_error_handler(Arc::new(move |e| {
+            sink.lock().push(e.to_string());
+            let r = late.add_event_handler(ResourceEventHandlerFuncs::new());
+            registrations.lock().push(r.is_ok());
+        }))
         .unwrap();
     factory.start();
-    assert!(factory.wait_for_cache_sync().await.values().all(|s| *s));
+    let synced = tokio::time::timeout(Duration::from_secs(30), factory.wait_for_cache_sync())
+        .await
+        .unwrap_or_else(|_| panic!("{mode:?}: likely deadlocked"));
+    assert!(synced.values().all(|s| *s));
+    assert_eq!(*registered.lock(), [true], "{mode:?}");
     let indexer = informer.indexer();
     assert!(indexer.get_by_key("ns-0/bad").is_none());
     // Reported to the informer's error handler, as an undecodable item of a decoded list is,

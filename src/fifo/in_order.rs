@@ -511,7 +511,11 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
                     } => InOrderDelta::ReplacedAll {
                         objects: items
                             .into_iter()
-                            .filter_map(|item| self.unpack_item(item))
+                            .filter_map(|item| {
+                                self.unpack_item(item)
+                                    .map_err(|(key, e)| self.report(&key, &e))
+                                    .ok()
+                            })
                             .collect(),
                         resource_version,
                     },
@@ -588,26 +592,39 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
     }
 
     /// A listed object as its list's replace takes it: decoded if packed (and its bytes passed
-    /// to the cache); `None`, reported, if it does not decode. It is then left out of the list,
-    /// so its cached version goes, as for an undecodable item of a decoded list.
-    pub(crate) fn unpack_item(&self, item: ListItem<K>) -> Option<Arc<K>> {
+    /// to the cache); its key and why, if it does not decode, for the caller to
+    /// [`report`](Self::report) (with no lock held: the report calls the user's error handler).
+    /// It is then left out of the list, so its cached version goes, as for an undecodable item of
+    /// a decoded list.
+    pub(crate) fn unpack_item(
+        &self,
+        item: ListItem<K>,
+    ) -> Result<Arc<K>, (ObjectKey, crate::store::StorageError)> {
         match item {
-            ListItem::Ready(obj) => Some(obj),
-            ListItem::Decoded(obj) => Some(Arc::new(*obj)),
-            ListItem::Packed(packed) => self.unpack(packed).ok(),
+            ListItem::Ready(obj) => Ok(obj),
+            ListItem::Decoded(obj) => Ok(Arc::new(*obj)),
+            ListItem::Packed(packed) => self.decode(packed),
         }
     }
 
-    /// A packed object decoded, or its key (reported) when it does not decode.
-    fn unpack(&self, packed: Packed) -> Result<Arc<K>, ObjectKey> {
+    /// Reports a packed object that did not decode (see [`with_unreadable_report`](Self::with_unreadable_report)).
+    pub(crate) fn report(&self, key: &ObjectKey, e: &crate::store::StorageError) {
+        report_undecodable(self.unreadable.as_ref(), key, e);
+    }
+
+    fn decode(&self, packed: Packed) -> Result<Arc<K>, (ObjectKey, crate::store::StorageError)> {
         let key = packed.key().clone();
-        let unpacked = match &self.packer {
-            Some(cache) => cache.unpack(packed),
+        match &self.packer {
+            Some(cache) => cache.unpack(packed).map_err(|e| (key, e)),
             // Only this FIFO's cache packs what it holds.
-            None => Err(crate::store::StorageError::Gone { key: key.clone() }),
-        };
-        unpacked.map_err(|e| {
-            report_undecodable(self.unreadable.as_ref(), &key, &e);
+            None => Err((key.clone(), crate::store::StorageError::Gone { key })),
+        }
+    }
+
+    /// A packed watched object decoded, or its key (reported) when it does not decode.
+    fn unpack(&self, packed: Packed) -> Result<Arc<K>, ObjectKey> {
+        self.decode(packed).map_err(|(key, e)| {
+            self.report(&key, &e);
             key
         })
     }

@@ -16,7 +16,7 @@ use crate::{
         ListItem, Popped,
     },
     reflector::ReflectorStore,
-    store::{Listed, Replaced, StoreOp, key_of},
+    store::{Listed, ObjectKey, Replaced, StorageError, StoreOp, key_of},
 };
 
 /// Which FIFO an informer runs between its reflector and its cache, and so which client-go
@@ -175,7 +175,10 @@ where
         fifo: &InOrderFifo<K>,
     ) -> Vec<Reservation<K>> {
         let mut deferred = Vec::new();
-        let _block = self.block_deltas.lock();
+        // Listed objects that did not decode: reported once `block_deltas` is released, since
+        // the report calls the user's error handler, which may register a handler.
+        let mut undecodable = Vec::new();
+        let block = self.block_deltas.lock();
         let mut run = Run::default();
         for entry in batch {
             let delta = match entry {
@@ -185,13 +188,13 @@ where
                     resource_version,
                 } => {
                     self.apply_run(std::mem::take(&mut run), is_in_initial_list, &mut deferred);
-                    self.apply_replaced_all(
+                    undecodable.extend(self.apply_replaced_all(
                         items,
                         fifo,
                         &resource_version,
                         is_in_initial_list,
                         &mut deferred,
-                    );
+                    ));
                     continue;
                 }
             };
@@ -222,13 +225,13 @@ where
                 InOrderDelta::ReplacedAll {
                     objects,
                     resource_version,
-                } => self.apply_replaced_all(
+                } => undecodable.extend(self.apply_replaced_all(
                     objects.into_iter().map(ListItem::Ready).collect(),
                     fifo,
                     &resource_version,
                     is_in_initial_list,
                     &mut deferred,
-                ),
+                )),
                 InOrderDelta::SyncAll => {
                     // client-go: `OnUpdate(obj, obj)` for everything cached; the same version,
                     // so only listeners due for a resync hear of it. Snapshots, so a compact
@@ -264,6 +267,10 @@ where
             }
         }
         self.apply_run(run, is_in_initial_list, &mut deferred);
+        drop(block);
+        for (key, e) in undecodable {
+            fifo.report(&key, &e);
+        }
         deferred
     }
 
@@ -309,14 +316,18 @@ where
         resource_version: &str,
         is_in_initial_list: bool,
         deferred: &mut Vec<Reservation<K>>,
-    ) {
+    ) -> Vec<(ObjectKey, StorageError)> {
+        let mut undecodable = Vec::new();
         let mut objects = items.into_iter().filter_map(|item| match item {
             // An unchanged object: kept as the cache holds it, not decoded.
             ListItem::Packed(packed) if packed.is_cached() => {
                 Some((packed.key().clone(), Listed::Cached))
             }
             item => {
-                let obj = fifo.unpack_item(item)?;
+                let obj = fifo
+                    .unpack_item(item)
+                    .map_err(|failed| undecodable.push(failed))
+                    .ok()?;
                 // Keys were checked when the list was queued.
                 let key = key_of(&*obj).ok()?;
                 Some((key, Listed::Object(obj)))
@@ -328,6 +339,7 @@ where
         } = self
             .indexer
             .replace_streaming(&mut objects, resource_version);
+        drop(objects);
         let changes: Vec<_> = stored
             .into_iter()
             .map(|(key, new)| (previous.remove(&key), new))
@@ -364,5 +376,6 @@ where
                 ),
             }
         }
+        undecodable
     }
 }

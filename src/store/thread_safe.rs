@@ -410,8 +410,10 @@ where
     fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>) {
         let mut objs = objs.into_iter().map(|(k, o)| (k, Listed::Object(o)));
         let fresh = self.fresh(&mut objs, |_| {});
+        let old = self.swap(fresh, resource_version);
+        self.settle_all();
         // Freeing the old objects can take a while; readers need not wait for it.
-        drop(self.swap(fresh, resource_version));
+        drop(old);
     }
 
     fn replace_streaming(
@@ -420,7 +422,13 @@ where
         resource_version: &str,
     ) -> Replaced<K> {
         let mut keys = Vec::new();
-        let fresh = self.fresh(objs, |key| keys.push(key.clone()));
+        let mut seen = HashSet::new();
+        // A key listed twice (a server's fault) is told of once, where it first came.
+        let fresh = self.fresh(objs, |key| {
+            if seen.insert(key.clone()) {
+                keys.push(key.clone());
+            }
+        });
         let stored = keys
             .into_iter()
             .filter_map(|key| {
@@ -429,6 +437,7 @@ where
             })
             .collect();
         let old = self.swap(fresh, Some(resource_version));
+        self.settle_all();
         let previous = old
             .items
             .0
@@ -633,9 +642,9 @@ where
 }
 
 impl<K, S: Storage<K>> Core<K, S> {
-    /// The contents of a store replacing this one, built from `objs` with no lock held (but
-    /// briefly this store's read lock per object, for the slot of an unchanged one); `each`
-    /// is told of every key stored. Filled in list order, as `add` would: walking a built map in
+    /// The contents of a store replacing this one, built from `objs` with no lock held but this
+    /// store's read lock while each object is stored (to find the slot of an unchanged one);
+    /// `each` is told of every key stored. Filled in list order, as `add` would: walking a built map in
     /// hash order instead touches every object at random and measured four times slower at 100k
     /// objects.
     fn fresh(
@@ -644,7 +653,10 @@ impl<K, S: Storage<K>> Core<K, S> {
         mut each: impl FnMut(&ObjectKey),
     ) -> Inner<K, S::Slot> {
         let mut fresh = Inner {
-            items: Items(HashMap::with_capacity(objs.size_hint().0)),
+            items: Items(HashMap::with_capacity({
+                let (low, high) = objs.size_hint();
+                high.unwrap_or(low)
+            })),
             indices: self.empty_indices(),
             resource_version: String::new(),
             rv_metric: None,
@@ -657,6 +669,8 @@ impl<K, S: Storage<K>> Core<K, S> {
                 Listed::Cached => {
                     let current = self.inner.read();
                     let Some(item) = current.items.0.get(&key) else {
+                        // The FIFO's consumer is the store's only writer, so it cannot happen.
+                        tracing::warn!(key = %key, "relist: the cached object it refers to is gone; left out");
                         continue;
                     };
                     each(&key);
@@ -669,13 +683,12 @@ impl<K, S: Storage<K>> Core<K, S> {
                         .cloned()
                         .collect();
                     drop(current);
+                    // A key listed twice: the later one wins, as for `put`.
+                    drop(Core::take(self, &mut fresh, &key));
                     for (idx, values) in fresh.indices.iter_mut().zip(&values) {
                         idx.index.add(&key, values);
                     }
-                    if let Some(old) = fresh.items.0.insert(key, Item { slot, values }) {
-                        // A key listed twice: the later one wins, as for `put`.
-                        self.storage.drop_slot(&old.slot);
-                    }
+                    fresh.items.0.insert(key, Item { slot, values });
                     continue;
                 }
             };
@@ -689,14 +702,25 @@ impl<K, S: Storage<K>> Core<K, S> {
                 .get(&key)
                 .map(|item| &item.slot)
                 .filter(|slot| self.storage.holds(slot, &obj));
-            Core::put_from(self, &mut fresh, key, obj, kept);
+            Core::put_from(self, &mut fresh, key.clone(), obj, kept);
             drop(current);
-            // As after each write to the live store: a compact store's slots keep a `Weak` of
-            // what they stored, which pins its allocation once the object is dropped (as it is
-            // here) until swept; unswept, a relist of N objects would pin N of them.
-            self.storage.tidy(&fresh.items);
+            // A compact store's slot keeps a `Weak` of what it stored, which pins the object's
+            // allocation once it is dropped (as it was just now, unless someone holds it) until
+            // swept: settled at once, so a relist of N objects does not pin N of them.
+            if let Some(item) = fresh.items.0.get(&key) {
+                self.storage.settle(&key, &item.slot);
+            }
         }
         fresh
+    }
+
+    /// After a swap: every slot settled again, since readers' sweeps of the old store may have
+    /// taken keys the new one had queued.
+    fn settle_all(&self) {
+        let inner = self.inner.read();
+        for (key, item) in &inner.items.0 {
+            self.storage.settle(key, &item.slot);
+        }
     }
 
     /// Puts `fresh` in place of the store's contents, with any indexers added meanwhile, and the

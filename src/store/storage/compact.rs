@@ -938,6 +938,20 @@ where
         copy
     }
 
+    fn settle(&self, key: &ObjectKey, slot: &CompactSlot<K>) {
+        let mut shared = slot.shared.lock();
+        if shared.weak.strong_count() == 0 {
+            // Frees the allocation the dead `Weak` pinned.
+            shared.weak = Weak::new();
+            shared.queued = false;
+        } else {
+            // Queued again even if it says it is: its key may have been taken by a sweep of
+            // another store (a key queued twice is swept twice, harmlessly).
+            shared.queued = true;
+            self.sweep.lock().push_back(key.clone());
+        }
+    }
+
     fn snapshot(&self, key: &ObjectKey, slot: &CompactSlot<K>) -> Snapshot<K> {
         match &slot.body {
             Body::Pinned(obj) => Snapshot::Decoded(Arc::clone(obj)),

@@ -273,6 +273,10 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     /// replacement), as it is stored: nothing decoded, nothing encoded.
     fn copy(&self, key: &ObjectKey, slot: &Self::Slot) -> Self::Slot;
 
+    /// `slot`'s object was just dropped by whoever stored it (a store being built, which no read
+    /// sweeps): forget it if nobody else holds it, else make sure the sweep sees it later.
+    fn settle(&self, _key: &ObjectKey, _slot: &Self::Slot) {}
+
     /// A snapshot of the object in `slot`.
     fn snapshot(&self, key: &ObjectKey, slot: &Self::Slot) -> Snapshot<K>;
 

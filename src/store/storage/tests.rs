@@ -790,3 +790,36 @@ fn a_streaming_replace_hands_out_snapshots_that_outlive_the_store() {
     );
     assert_eq!(by_key(store.list()), [(*a2).clone(), (*c1).clone()]);
 }
+
+/// A list that names a key twice (a server's fault): the later entry wins, and the earlier one
+/// leaves no index values behind; the key is reported once, where it first came.
+#[test]
+fn a_key_listed_twice_in_a_streaming_replace_keeps_the_later_entry_only() {
+    let store = compact(
+        CompactConfig::default()
+            .hot_objects(0)
+            .dictionary_samples(0),
+    );
+    store
+        .add_indexers(Indexers::from([("data".to_owned(), data_key_index())]))
+        .unwrap();
+    let a1 = cm("ns", "a", 1, &[], &[("old", "1".into())]);
+    store.replace_at(vec![a1], "1").unwrap();
+    let key = ObjectKey::new(Some("ns"), "a").unwrap();
+    let a2 = cm("ns", "a", 2, &[], &[("new", "2".into())]);
+    let replaced = store.replace_streaming(
+        &mut vec![
+            (key.clone(), Listed::Object(a2)),
+            (key.clone(), Listed::Cached),
+        ]
+        .into_iter(),
+        "2",
+    );
+    assert_eq!(replaced.stored.len(), 1);
+    assert!(
+        store.index_keys("data", "new").unwrap().is_empty(),
+        "stale index values"
+    );
+    assert_eq!(store.index_keys("data", "old").unwrap(), [key]);
+    assert_eq!(store.len(), 1);
+}
