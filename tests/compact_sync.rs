@@ -10,8 +10,8 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 use kube_informer::{
-    CacheStorage, CompactConfig, FactoryConfig, FifoMode, ReflectorConfig, ResourceEventHandler,
-    ResourceEventHandlerFuncs, SharedInformerFactory,
+    CacheStorage, CompactConfig, FactoryConfig, FifoMode, HandlerOptions, ReflectorConfig,
+    ResourceEventHandler, ResourceEventHandlerFuncs, SharedInformerFactory,
     testing::{FakeApiServer, Verb},
 };
 use parking_lot::Mutex;
@@ -569,5 +569,185 @@ impl ResourceEventHandler<ConfigMap> for Gated {
     fn on_delete(&mut self, obj: &kube_informer::DeltaObject<ConfigMap>) {
         self.wait();
         ResourceEventHandler::on_delete(&mut self.inner, obj);
+    }
+}
+
+/// `CompactConfig::decoded_backlog` in the test below.
+const BACKLOG: usize = 16;
+
+/// A handler that falls behind is sent the cache's compressed objects once `decoded_backlog`
+/// notifications wait for it (issue #12 part 4), in both FIFOs: its buffer then holds at most
+/// that many decoded objects however far behind it is, where it held one per notification. A
+/// DeltaFIFO informer hands each popped object to its handlers decoded, so before this a
+/// handler stuck through a cold sync held the whole list decoded; either FIFO held every watched
+/// change so. Here one handler is stuck from the first notification on, through the list and
+/// then 100 watched updates, while another keeps up: reading the cache meanwhile decodes
+/// (nobody holds the objects) instead of sharing what the stuck handler's buffer holds. Once
+/// released, the stuck handler sees exactly what the other one saw, old objects included.
+#[tokio::test]
+async fn a_handler_that_falls_behind_is_sent_compressed_objects_in_both_fifos() {
+    for (mode, protobuf) in MODES.into_iter().flat_map(|m| [(m, true), (m, false)]) {
+        falls_behind(mode, protobuf).await;
+    }
+}
+
+async fn falls_behind(mode: FifoMode, protobuf: bool) {
+    let server = server(protobuf).await;
+    let storage = CacheStorage::Compact(
+        CompactConfig::default()
+            .hot_objects(0)
+            .dictionary_samples(50)
+            .decoded_backlog(BACKLOG),
+    );
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default()
+            .cache_storage(storage)
+            .fifo_mode(mode),
+    );
+    let informer = factory.informer::<ConfigMap>();
+    let gate = Gate::default();
+    gate.close();
+    let (slow, fast): (Seen, Seen) = (Arc::default(), Arc::default());
+    informer
+        .add_event_handler_with_options(
+            Behind {
+                gate: gate.clone(),
+                seen: slow.clone(),
+            },
+            HandlerOptions::default().dedicated_thread(),
+        )
+        .unwrap();
+    informer
+        .add_event_handler(Behind {
+            gate: Gate::default(),
+            seen: fast.clone(),
+        })
+        .unwrap();
+    factory.start();
+    assert!(factory.wait_for_cache_sync().await.values().all(|s| *s));
+    wait_for(&fast, N).await;
+    let indexer = informer.indexer();
+    let what = format!("{mode:?}, protobuf {protobuf}");
+
+    // Reads of every object: shared only with what the stuck handler holds decoded, which is
+    // at most the backlog (the DeltaFIFO's first notifications; none in order, whose list
+    // notifications are snapshots already).
+    let reads = |range: std::ops::Range<usize>| {
+        let before = indexer.stats();
+        for i in range.clone() {
+            assert!(
+                indexer
+                    .get_by_key(&format!("ns-{}/cm-{i}", i % 3))
+                    .is_some()
+            );
+        }
+        let after = indexer.stats();
+        let shared = after.shared_hits - before.shared_hits;
+        assert!(
+            shared <= BACKLOG as u64,
+            "{what}: the stuck handler's buffer holds decoded objects: {shared} of {} reads \
+             shared ({after:?})",
+            range.len()
+        );
+        assert_eq!(
+            after.decodes - before.decodes + shared,
+            range.len() as u64,
+            "{what}"
+        );
+    };
+    reads(0..N);
+
+    // Watched updates, while the handler is still stuck on its first notification.
+    for i in 0..100 {
+        let mut c = cm(i);
+        c.data
+            .as_mut()
+            .unwrap()
+            .insert("body".into(), format!("watched {i}"));
+        server.update(&c).unwrap();
+    }
+    wait_for(&fast, N + 100).await;
+    reads(0..100);
+    assert_eq!(
+        slow.lock().len(),
+        0,
+        "{what}: the stuck handler was not stuck"
+    );
+
+    gate.open();
+    wait_for(&slow, N + 100).await;
+    let (slow, fast) = (slow.lock().clone(), fast.lock().clone());
+    assert_eq!(slow, fast, "{what}: the handler behind saw something else");
+    let mut initial: Vec<_> = fast[..N].iter().map(|s| (s.0, s.1.clone())).collect();
+    initial.sort();
+    let mut want: Vec<_> = (0..N).map(|i| ("initial", format!("cm-{i}"))).collect();
+    want.sort();
+    assert_eq!(initial, want, "{what}");
+    let updates: Vec<_> = (0..100)
+        .map(|i| {
+            (
+                "update",
+                format!("cm-{i}"),
+                body(&cm(i)),
+                format!("watched {i}"),
+            )
+        })
+        .collect();
+    assert_eq!(fast[N..], updates[..], "{what}");
+    assert_equals_server(&server, &factory);
+    assert_eq!(indexer.stats().decode_errors, 0, "{what}");
+    factory.shutdown().await;
+}
+
+/// A gate handlers wait at while it is closed.
+#[derive(Clone, Default)]
+struct Gate(Arc<(Mutex<bool>, parking_lot::Condvar)>);
+
+impl Gate {
+    fn close(&self) {
+        *self.0.0.lock() = true;
+    }
+
+    fn open(&self) {
+        *self.0.0.lock() = false;
+        self.0.1.notify_all();
+    }
+
+    fn pass(&self) {
+        let mut closed = self.0.0.lock();
+        while *closed {
+            self.0.1.wait(&mut closed);
+        }
+    }
+}
+
+/// Records every notification, the initial adds too, after passing its gate.
+struct Behind {
+    gate: Gate,
+    seen: Seen,
+}
+
+impl ResourceEventHandler<ConfigMap> for Behind {
+    fn on_add(&mut self, obj: &Arc<ConfigMap>, is_in_initial_list: bool) {
+        self.gate.pass();
+        let kind = if is_in_initial_list { "initial" } else { "add" };
+        self.seen
+            .lock()
+            .push((kind, name(obj), String::new(), body(obj)));
+    }
+
+    fn on_update(&mut self, old: &Arc<ConfigMap>, new: &Arc<ConfigMap>) {
+        self.gate.pass();
+        self.seen
+            .lock()
+            .push(("update", name(new), body(old), body(new)));
+    }
+
+    fn on_delete(&mut self, obj: &kube_informer::DeltaObject<ConfigMap>) {
+        self.gate.pass();
+        self.seen
+            .lock()
+            .push(("delete", name(obj.object()), String::new(), String::new()));
     }
 }

@@ -35,7 +35,7 @@ use crate::{
         ListWatchTarget, ListerWatcher, Reflector, ReflectorConfig, ReflectorStatus,
         WatchErrorHandler,
     },
-    store::{Cache, CacheStorage, IndexError, Indexer, Indexers, key_of},
+    store::{Cache, CacheStorage, IndexError, Indexer, Indexers, StoreOp, Written, key_of},
 };
 
 /// client-go `minimumResyncPeriod`: shorter requested periods are raised to this.
@@ -295,6 +295,9 @@ pub(crate) struct Inner<K> {
     lifecycle: watch::Sender<Lifecycle>,
     reflector_config: ReflectorConfig,
     fifo_mode: FifoMode,
+    /// With a compact cache, [`CompactConfig::decoded_backlog`](crate::CompactConfig): a handler
+    /// this far behind is sent compressed snapshots instead of decoded objects.
+    decoded_backlog: Option<usize>,
     /// Set when the informer has a name and a metrics provider.
     metrics: Option<InformerMetrics>,
     /// [`InformerConfig::name`] or the default made from the lister-watcher's target.
@@ -340,6 +343,11 @@ where
             }
             _ => None,
         };
+        let decoded_backlog = match &config.cache_storage {
+            CacheStorage::Decoded => None,
+            #[cfg(feature = "compact")]
+            CacheStorage::Compact(c) => Some(c.decoded_backlog),
+        };
         let indexer = Indexer::with_storage(config.cache_storage);
         // Only an in-order informer has a store version to report (as client-go's, whose
         // DeltaFIFO informers never set one); a DeltaFIFO one would report 0 for ever.
@@ -370,6 +378,7 @@ where
                 lifecycle,
                 reflector_config: config.reflector,
                 fifo_mode: config.fifo_mode,
+                decoded_backlog,
                 metrics,
                 name,
                 span,
@@ -1092,6 +1101,21 @@ where
                             continue;
                         }
                     };
+                    if let Some(backlog) = self.backlog() {
+                        let written = self
+                            .indexer
+                            .transaction_snapshots(vec![StoreOp::Put(key, obj.clone())], None);
+                        for w in written {
+                            self.distribute_written(
+                                w,
+                                obj.clone(),
+                                is_in_initial_list,
+                                backlog,
+                                &mut deferred,
+                            );
+                        }
+                        continue;
+                    }
                     match self.indexer.insert(key, obj.clone()) {
                         Some(old) => {
                             // Same resourceVersion: a resync (or an unchanged object in a relist);
@@ -1131,6 +1155,71 @@ where
             }
         }
         deferred
+    }
+
+    /// With a compact cache, while some handler is [`decoded_backlog`](Self::decoded_backlog)
+    /// notifications behind: that backlog, for the writes to hand back snapshots, so the
+    /// handlers that are behind are sent them (see [`Processor::distribute_stored`]).
+    pub(crate) fn backlog(&self) -> Option<usize> {
+        self.decoded_backlog
+            .filter(|&backlog| self.processor.any_behind(backlog))
+    }
+
+    /// Notifies the add or update of `obj`, which `written` stored, to each listener: as
+    /// snapshots to those `backlog` behind, decoded to the others.
+    pub(crate) fn distribute_written(
+        &self,
+        written: Written<K>,
+        obj: Arc<K>,
+        is_in_initial_list: bool,
+        backlog: usize,
+        deferred: &mut Vec<Reservation<K>>,
+    ) {
+        let Written {
+            old,
+            new: Some(new),
+        } = written
+        else {
+            return;
+        };
+        match old {
+            Some(old) => {
+                // Same resourceVersion: a resync (or an unchanged object in a relist); only
+                // listeners due for a resync hear of it.
+                let is_sync = old.resource_version() == new.resource_version();
+                let ready = {
+                    let old = old.clone();
+                    move || {
+                        Some(Event::Update {
+                            old: old.load().ok()?,
+                            new: obj,
+                        })
+                    }
+                };
+                self.processor.distribute_stored(
+                    StoredEvent::Update { old, new },
+                    ready,
+                    is_sync,
+                    backlog,
+                    deferred,
+                );
+            }
+            None => self.processor.distribute_stored(
+                StoredEvent::Add {
+                    obj: new,
+                    is_in_initial_list,
+                },
+                move || {
+                    Some(Event::Add {
+                        obj,
+                        is_in_initial_list,
+                    })
+                },
+                false,
+                backlog,
+                deferred,
+            ),
+        }
     }
 }
 

@@ -33,9 +33,10 @@ use crate::{
 };
 
 /// A notification as a listener's buffer holds it: an event, or an event whose objects are
-/// [`Snapshot`]s of the cache, decoded as the handler is called. A compact cache's relist,
-/// resync and late-registration replay are notified so: N notifications in the buffers are then
-/// N compressed objects, not N decoded ones (issue #12 part 4).
+/// [`Snapshot`]s of the cache, decoded as the handler is called. A compact cache's in-order
+/// relist, resync and late-registration replay are notified so, and so is every add and update
+/// sent to a handler that has fallen behind ([`Processor::distribute_stored`]): N notifications
+/// in the buffers are then N compressed objects, not N decoded ones (issue #12 part 4).
 pub(crate) enum Note<K> {
     Ready(Event<K>),
     Stored(StoredEvent<K>),
@@ -62,23 +63,29 @@ impl<K> Clone for Note<K> {
     fn clone(&self) -> Self {
         match self {
             Self::Ready(ev) => Self::Ready(ev.clone()),
-            Self::Stored(StoredEvent::Add {
+            Self::Stored(ev) => Self::Stored(ev.clone()),
+        }
+    }
+}
+
+impl<K> Clone for StoredEvent<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Add {
                 obj,
                 is_in_initial_list,
-            }) => Self::Stored(StoredEvent::Add {
+            } => Self::Add {
                 obj: obj.clone(),
                 is_in_initial_list: *is_in_initial_list,
-            }),
-            Self::Stored(StoredEvent::Update { old, new }) => Self::Stored(StoredEvent::Update {
+            },
+            Self::Update { old, new } => Self::Update {
                 old: old.clone(),
                 new: new.clone(),
-            }),
-            Self::Stored(StoredEvent::Tombstone { key, obj }) => {
-                Self::Stored(StoredEvent::Tombstone {
-                    key: key.clone(),
-                    obj: obj.clone(),
-                })
-            }
+            },
+            Self::Tombstone { key, obj } => Self::Tombstone {
+                key: key.clone(),
+                obj: obj.clone(),
+            },
         }
     }
 }
@@ -802,15 +809,63 @@ impl<K> Processor<K> {
                 ev.clone()
             };
             let Some(ev) = this else { return };
-            if l.queue.capacity.is_some() {
-                l.queue.reserve(&ev);
-                deferred.push(Reservation {
-                    listener: l.clone(),
-                    ev: Some(ev),
-                });
-            } else {
-                l.queue.push(ev);
+            Self::deliver(l, ev, deferred);
+        }
+    }
+
+    /// Whether a listener has `backlog` or more notifications buffered or being handled.
+    pub(crate) fn any_behind(&self, backlog: usize) -> bool {
+        self.listeners
+            .read()
+            .iter()
+            .any(|l| l.queue.pending.load(Ordering::Acquire) >= backlog)
+    }
+
+    /// [`distribute`](Self::distribute) for a change a compact cache holds as snapshots: a
+    /// listener with `backlog` or more notifications pending gets `stored`, whose objects wait
+    /// in its buffer compressed and are decoded when its handler is called; the others get the
+    /// decoded event `ready` makes (once), as usual. So a slow handler's buffer holds a bounded
+    /// number of decoded objects, however far behind it falls (issue #12 part 4), and a handler
+    /// that keeps up costs no extra decode.
+    pub(crate) fn distribute_stored(
+        &self,
+        stored: StoredEvent<K>,
+        ready: impl FnOnce() -> Option<Event<K>>,
+        is_sync: bool,
+        backlog: usize,
+        deferred: &mut Vec<Reservation<K>>,
+    ) {
+        let listeners = self.listeners.read();
+        let mut ready = Some(ready);
+        let mut made: Option<Event<K>> = None;
+        for l in listeners
+            .iter()
+            .filter(|l| !is_sync || l.syncing.load(Ordering::Acquire))
+        {
+            let behind = l.queue.pending.load(Ordering::Acquire) >= backlog;
+            if !behind && let Some(make) = ready.take() {
+                made = make();
             }
+            let note = match &made {
+                Some(ev) if !behind => Note::Ready(ev.clone()),
+                // Behind, or an object that did not decode (logged by the cache; the handler's
+                // side logs and skips it again).
+                _ => Note::Stored(stored.clone()),
+            };
+            Self::deliver(l, note, deferred);
+        }
+    }
+
+    /// Queues `ev` for `l` at once, or (bounded) reserves it into `deferred`.
+    fn deliver(l: &Arc<Listener<K>>, ev: Note<K>, deferred: &mut Vec<Reservation<K>>) {
+        if l.queue.capacity.is_some() {
+            l.queue.reserve(&ev);
+            deferred.push(Reservation {
+                listener: l.clone(),
+                ev: Some(ev),
+            });
+        } else {
+            l.queue.push(ev);
         }
     }
 

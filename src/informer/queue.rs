@@ -280,6 +280,25 @@ where
         if run.ops.is_empty() {
             return;
         }
+        if let Some(backlog) = self.backlog() {
+            let written = self
+                .indexer
+                .transaction_snapshots(run.ops, run.last_rv.as_deref());
+            for (p, w) in run.pending.into_iter().zip(written) {
+                match p {
+                    Pending::Upsert(obj) => {
+                        self.distribute_written(w, obj, is_in_initial_list, backlog, deferred);
+                    }
+                    // The server's final state, as sent: nothing of the cache's to spare.
+                    Pending::Delete(obj) => self.processor.distribute(
+                        Event::Delete(DeltaObject::Object(obj)),
+                        false,
+                        deferred,
+                    ),
+                }
+            }
+            return;
+        }
         let previous = self.indexer.transaction(run.ops, run.last_rv.as_deref());
         for (p, old) in run.pending.into_iter().zip(previous) {
             let ev = match (p, old) {

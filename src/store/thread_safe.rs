@@ -68,6 +68,14 @@ pub struct Indexer<K> {
     core: Arc<dyn Backend<K>>,
 }
 
+/// What one op of [`Indexer::transaction_snapshots`] replaced (or removed) and stored.
+pub(crate) struct Written<K> {
+    /// The object the op replaced or removed, if any.
+    pub(crate) old: Option<Snapshot<K>>,
+    /// The object a put stored (`None` for a removal).
+    pub(crate) new: Option<Snapshot<K>>,
+}
+
 /// One change of a [`Indexer::transaction`].
 #[derive(Debug)]
 pub enum StoreOp<K> {
@@ -124,6 +132,11 @@ trait Backend<K>: Send + Sync {
         ops: Vec<StoreOp<K>>,
         resource_version: Option<&str>,
     ) -> Vec<Option<Arc<K>>>;
+    fn transaction_snapshots(
+        &self,
+        ops: Vec<StoreOp<K>>,
+        resource_version: Option<&str>,
+    ) -> Vec<Written<K>>;
     fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError>;
     fn by_index(
         &self,
@@ -493,6 +506,47 @@ where
         self.after_write(&mut inner);
         drop(inner);
         previous.into_iter().map(|p| self.previous(p)).collect()
+    }
+
+    fn transaction_snapshots(
+        &self,
+        ops: Vec<StoreOp<K>>,
+        resource_version: Option<&str>,
+    ) -> Vec<Written<K>> {
+        let mut inner = self.inner.write();
+        let written: Vec<_> = ops
+            .into_iter()
+            .map(|op| match op {
+                StoreOp::Put(key, obj) => {
+                    let previous = Core::put(self, &mut inner, key.clone(), obj);
+                    let new = inner
+                        .items
+                        .0
+                        .get(&key)
+                        .map(|item| self.storage.snapshot(&key, &item.slot));
+                    (previous, new)
+                }
+                StoreOp::Remove(key) => (Core::take(self, &mut inner, &key), None),
+            })
+            .collect();
+        if let Some(rv) = resource_version.filter(|rv| !rv.is_empty()) {
+            inner.set_resource_version(rv);
+        }
+        self.after_write(&mut inner);
+        drop(inner);
+        // The replaced slots' snapshots are taken outside the lock; nothing is decoded.
+        written
+            .into_iter()
+            .map(|(previous, new)| {
+                let old = match previous {
+                    Previous::None => None,
+                    // The very object stored again: its slot's snapshot, for both.
+                    Previous::Same(_) => new.clone(),
+                    Previous::Slot(key, slot) => Some(self.storage.snapshot(&key, &slot)),
+                };
+                Written { old, new }
+            })
+            .collect()
     }
 
     fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
@@ -1051,6 +1105,17 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         resource_version: Option<&str>,
     ) -> Vec<Option<Arc<K>>> {
         self.core.transaction(ops, resource_version)
+    }
+
+    /// [`transaction`](Self::transaction), handing back snapshots instead of objects: of what
+    /// each op replaced or removed, and of what each put stored. Nothing is decoded, so a
+    /// compact cache's notifications can wait in a slow handler's buffer compressed.
+    pub(crate) fn transaction_snapshots(
+        &self,
+        ops: Vec<StoreOp<K>>,
+        resource_version: Option<&str>,
+    ) -> Vec<Written<K>> {
+        self.core.transaction_snapshots(ops, resource_version)
     }
 
     /// The resourceVersion of the last change applied to the store in order: every event,

@@ -84,6 +84,14 @@ pub struct CompactConfig {
     /// Retrain when the compression ratio of the last `dictionary_samples` objects compressed
     /// is worse than the dictionary's ratio on its held-out samples by this factor. Default 1.5.
     pub retrain_factor: f64,
+    /// How many notifications a handler may have waiting (buffered or being handled) before its
+    /// next ones wait compressed: from then on its notifications of adds and updates carry the
+    /// cache's compressed objects, decoded when the handler is called, so a handler that falls
+    /// far behind (a slow API call per event, a burst of events) holds about this many decoded
+    /// objects (two per update) rather than one per event. A handler that keeps up gets the
+    /// objects already decoded, as in `Decoded` mode; one that is behind costs a decode per
+    /// notification it is sent compressed. Default 64: a few MB of Pods per slow handler.
+    pub decoded_backlog: usize,
 }
 
 impl Default for CompactConfig {
@@ -94,6 +102,7 @@ impl Default for CompactConfig {
             dictionary_samples: 250,
             dictionary_size: 64 * 1024,
             retrain_factor: 1.5,
+            decoded_backlog: 64,
         }
     }
 }
@@ -103,6 +112,13 @@ impl CompactConfig {
     #[must_use]
     pub fn hot_objects(mut self, n: usize) -> Self {
         self.hot_objects = n;
+        self
+    }
+
+    /// Sets [`Self::decoded_backlog`].
+    #[must_use]
+    pub fn decoded_backlog(mut self, n: usize) -> Self {
+        self.decoded_backlog = n;
         self
     }
 

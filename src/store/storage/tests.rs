@@ -823,3 +823,78 @@ fn a_key_listed_twice_in_a_streaming_replace_keeps_the_later_entry_only() {
     assert_eq!(store.index_keys("data", "old").unwrap(), [key]);
     assert_eq!(store.len(), 1);
 }
+
+#[test]
+fn a_transaction_hands_back_snapshots_without_decoding() {
+    let store = compact(
+        CompactConfig::default()
+            .hot_objects(0)
+            .dictionary_samples(0),
+    );
+    let body = |s: &str| [("k", s.repeat(50))];
+    let key = |n: &str| ObjectKey::new(Some("ns"), n).unwrap();
+    let a1 = cm("ns", "a", 1, &[], &body("a1"));
+    let b1 = cm("ns", "b", 1, &[], &body("b1"));
+    store.replace_at(vec![a1.clone(), b1.clone()], "1").unwrap();
+    let a1 = Arc::unwrap_or_clone(a1);
+    drop(b1);
+    let a2 = cm("ns", "a", 2, &[], &body("a2"));
+    let c1 = cm("ns", "c", 2, &[], &body("c1"));
+    let decodes = store.stats().decodes;
+    let written = store.transaction_snapshots(
+        vec![
+            StoreOp::Put(key("a"), a2.clone()),
+            StoreOp::Remove(key("b")),
+            StoreOp::Put(key("c"), c1.clone()),
+        ],
+        Some("2"),
+    );
+    assert_eq!(store.stats().decodes, decodes, "nothing decoded");
+    assert_eq!(store.last_store_sync_resource_version(), "2");
+    assert_eq!(written.len(), 3);
+    // An update: the old version's snapshot, read without decoding, decodes to it later, after
+    // the store has dropped it.
+    let old = written[0].old.as_ref().unwrap();
+    assert_eq!(old.resource_version(), Some("1"));
+    let new = written[0].new.as_ref().unwrap();
+    assert_eq!(new.resource_version(), Some("2"));
+    assert!(
+        Arc::ptr_eq(&new.load().unwrap(), &a2),
+        "the stored object, shared"
+    );
+    assert_eq!(*old.load().unwrap(), a1);
+    // A removal: the old snapshot only.
+    assert!(written[1].new.is_none());
+    assert_eq!(
+        written[1]
+            .old
+            .as_ref()
+            .unwrap()
+            .load()
+            .unwrap()
+            .metadata
+            .name
+            .as_deref(),
+        Some("b")
+    );
+    // An add: no old.
+    assert!(written[2].old.is_none());
+    assert_eq!(
+        store.stats().decodes,
+        decodes + 2,
+        "the old a and b, once each"
+    );
+    // The very object stored again (a resync): one snapshot for old and new.
+    let again = store.transaction_snapshots(vec![StoreOp::Put(key("c"), c1.clone())], None);
+    let (old, new) = (
+        again[0].old.as_ref().unwrap(),
+        again[0].new.as_ref().unwrap(),
+    );
+    assert!(old.same_object(new));
+    // Nobody else holding the stored object, the snapshot outlives it compressed.
+    let snap = new.clone();
+    drop((again, written, c1));
+    let decodes = store.stats().decodes;
+    assert_eq!(snap.load().unwrap().metadata.name.as_deref(), Some("c"));
+    assert_eq!(store.stats().decodes, decodes + 1);
+}
