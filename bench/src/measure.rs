@@ -131,9 +131,13 @@ pub struct ClientArgs {
     /// Cache shard `i` of `n` (`--shard i/n`, sharded list and watch); only `client-informer`
     /// reads it.
     pub shard: Option<kube_informer::sharding::ShardSelector>,
-    /// The informer's cache (`--cache decoded|compact`, default `decoded`); only
+    /// The informer's cache (`--cache decoded|compact`, default `decoded`; with `compact`,
+    /// `--decoded-backlog n` sets `CompactConfig::decoded_backlog`, `max` for never); only
     /// `client-informer` reads it.
     pub cache: kube_informer::CacheStorage,
+    /// How long each handler call sleeps, in µs (`--handler-sleep-us`, default 0): a slow
+    /// handler, like one that calls an API per event. Only `client-informer` reads it.
+    pub handler_sleep_us: u64,
     /// The encoding to ask for (`--wire json|protobuf`); the crate's default (protobuf for
     /// built-in types) when absent. Only `client-informer` reads it.
     pub wire: Option<kube_informer::reflector::WireFormat>,
@@ -169,10 +173,20 @@ impl ClientArgs {
             cache: match get("cache", "decoded").as_str() {
                 "decoded" => kube_informer::CacheStorage::Decoded,
                 "compact" => {
-                    kube_informer::CacheStorage::Compact(kube_informer::CompactConfig::default())
+                    let mut config = kube_informer::CompactConfig::default();
+                    if let Some(n) = a.get("decoded-backlog") {
+                        config = config.decoded_backlog(match n.as_str() {
+                            "max" => usize::MAX,
+                            n => n.parse().expect("--decoded-backlog"),
+                        });
+                    }
+                    kube_informer::CacheStorage::Compact(config)
                 }
                 other => panic!("--cache {other}: expected decoded or compact"),
             },
+            handler_sleep_us: get("handler-sleep-us", "0")
+                .parse()
+                .expect("--handler-sleep-us"),
             wire: a.get("wire").map(|w| match w.as_str() {
                 "json" => kube_informer::reflector::WireFormat::Json,
                 "protobuf" => kube_informer::reflector::WireFormat::Protobuf,

@@ -2,8 +2,9 @@
 //! either FIFO mode (`--fifo delta|in-order`), managedFields kept, stripped by a transform
 //! (`--strip true`) or by the decode-time projection (`--project true`), either cache storage
 //! (`--cache decoded|compact`; the compact cache's decode count is reported as `decodes`);
-//! `--shard i/n` caches one shard (the replay server needs `--shards n`); `--wire json|protobuf`
-//! picks the encoding (default: the crate's, protobuf for Pods).
+//! `--handler-sleep-us n` makes each handler call that slow; `--shard i/n` caches one shard (the
+//! replay server needs `--shards n`); `--wire json|protobuf` picks the encoding (default: the
+//! crate's, protobuf for Pods).
 //! See `kube_informer_bench::measure::ClientArgs` for the options and `bench-runner` for the
 //! scenarios.
 
@@ -61,19 +62,29 @@ async fn main() {
     let done = Arc::new(AtomicUsize::new(0));
     let all_done = Arc::new(Notify::new());
     let handlers = args.handlers;
+    let sleep = Duration::from_micros(args.handler_sleep_us);
     let mut registrations = Vec::new();
     for _ in 0..handlers {
         let count = AtomicU64::new(0);
         let (done, all_done) = (done.clone(), all_done.clone());
         let registration = informer
             .add_event_handler(
-                ResourceEventHandlerFuncs::new().on_update(move |_old, _new| {
-                    if count.fetch_add(1, Ordering::Relaxed) + 1 == target
-                        && done.fetch_add(1, Ordering::AcqRel) + 1 == handlers
-                    {
-                        all_done.notify_one();
-                    }
-                }),
+                ResourceEventHandlerFuncs::new()
+                    .on_add(move |_obj, _initial| {
+                        if !sleep.is_zero() {
+                            std::thread::sleep(sleep);
+                        }
+                    })
+                    .on_update(move |_old, _new| {
+                        if !sleep.is_zero() {
+                            std::thread::sleep(sleep);
+                        }
+                        if count.fetch_add(1, Ordering::Relaxed) + 1 == target
+                            && done.fetch_add(1, Ordering::AcqRel) + 1 == handlers
+                        {
+                            all_done.notify_one();
+                        }
+                    }),
             )
             .expect("handler");
         registrations.push(registration);
