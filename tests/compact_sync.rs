@@ -573,7 +573,7 @@ impl ResourceEventHandler<ConfigMap> for Gated {
 }
 
 /// `CompactConfig::decoded_backlog` in the test below.
-const BACKLOG: usize = 16;
+const BACKLOG: usize = 4;
 
 /// A handler that falls behind is sent the cache's compressed objects once `decoded_backlog`
 /// notifications wait for it (issue #12 part 4), in both FIFOs: its buffer then holds at most
@@ -582,8 +582,10 @@ const BACKLOG: usize = 16;
 /// handler stuck through a cold sync held the whole list decoded; either FIFO held every watched
 /// change so. Here one handler is stuck from the first notification on, through the list and
 /// then 100 watched updates, while another keeps up: reading the cache meanwhile decodes
-/// (nobody holds the objects) instead of sharing what the stuck handler's buffer holds. Once
-/// released, the stuck handler sees exactly what the other one saw, old objects included.
+/// (nobody holds the objects) instead of sharing what the stuck handler's buffer holds. Then,
+/// once it has caught up, it is stuck again through a burst of 100 more, which a third handler
+/// with a bounded buffer holds back so that it reaches the informer at once. Once released, the
+/// stuck handlers see exactly what the one that kept up saw, old objects included.
 #[tokio::test]
 async fn a_handler_that_falls_behind_is_sent_compressed_objects_in_both_fifos() {
     for (mode, protobuf) in MODES.into_iter().flat_map(|m| [(m, true), (m, false)]) {
@@ -608,7 +610,9 @@ async fn falls_behind(mode: FifoMode, protobuf: bool) {
     let informer = factory.informer::<ConfigMap>();
     let gate = Gate::default();
     gate.close();
-    let (slow, fast): (Seen, Seen) = (Arc::default(), Arc::default());
+    let (slow, fast, bounded): (Seen, Seen, Seen) = Default::default();
+    // A third handler, whose one-notification buffer holds the informer back while it is stuck.
+    let hold = Gate::default();
     informer
         .add_event_handler_with_options(
             Behind {
@@ -624,9 +628,19 @@ async fn falls_behind(mode: FifoMode, protobuf: bool) {
             seen: fast.clone(),
         })
         .unwrap();
+    informer
+        .add_event_handler_with_options(
+            Behind {
+                gate: hold.clone(),
+                seen: bounded.clone(),
+            },
+            HandlerOptions::default().bounded_buffer(1),
+        )
+        .unwrap();
     factory.start();
     assert!(factory.wait_for_cache_sync().await.values().all(|s| *s));
     wait_for(&fast, N).await;
+    wait_for(&bounded, N).await;
     let indexer = informer.indexer();
     let what = format!("{mode:?}, protobuf {protobuf}");
 
@@ -668,6 +682,7 @@ async fn falls_behind(mode: FifoMode, protobuf: bool) {
         server.update(&c).unwrap();
     }
     wait_for(&fast, N + 100).await;
+    wait_for(&bounded, N + 100).await;
     reads(0..100);
     assert_eq!(
         slow.lock().len(),
@@ -677,8 +692,48 @@ async fn falls_behind(mode: FifoMode, protobuf: bool) {
 
     gate.open();
     wait_for(&slow, N + 100).await;
+
+    // A burst while every handler is caught up. The bounded handler is stuck too: once it has
+    // a notification in hand and one in its buffer, the informer waits for room, with fewer
+    // than the backlog pending anywhere, and the rest of the burst piles up in the FIFO. When
+    // the bounded handler is let go, the in-order FIFO hands that rest to the informer as one
+    // batch, applied at once (or the burst came as one batch to begin with); it must not go out
+    // decoded whole to the handler that is stuck.
+    wait_for(&bounded, N + 100).await;
+    gate.close();
+    hold.close();
+    for i in 100..200 {
+        let mut c = cm(i);
+        c.data
+            .as_mut()
+            .unwrap()
+            .insert("body".into(), format!("burst {i}"));
+        server.update(&c).unwrap();
+    }
+    // Until every change of the burst has reached the informer: queued, or applied (when it
+    // came as one batch before the informer was held back, which a loaded machine makes
+    // likely; applied, it has been told to the handler that keeps up).
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while informer.queued_items() + fast.lock().len() < N + 200 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}: the burst did not reach the informer"));
+    hold.open();
+    wait_for(&fast, N + 200).await;
+    wait_for(&bounded, N + 200).await;
+    reads(100..200);
+    gate.open();
+    wait_for(&slow, N + 200).await;
+
     let (slow, fast) = (slow.lock().clone(), fast.lock().clone());
     assert_eq!(slow, fast, "{what}: the handler behind saw something else");
+    assert_eq!(
+        *bounded.lock(),
+        fast,
+        "{what}: the bounded handler saw something else"
+    );
     let mut initial: Vec<_> = fast[..N].iter().map(|s| (s.0, s.1.clone())).collect();
     initial.sort();
     let mut want: Vec<_> = (0..N).map(|i| ("initial", format!("cm-{i}"))).collect();
@@ -693,6 +748,14 @@ async fn falls_behind(mode: FifoMode, protobuf: bool) {
                 format!("watched {i}"),
             )
         })
+        .chain((100..200).map(|i| {
+            (
+                "update",
+                format!("cm-{i}"),
+                body(&cm(i)),
+                format!("burst {i}"),
+            )
+        }))
         .collect();
     assert_eq!(fast[N..], updates[..], "{what}");
     assert_equals_server(&server, &factory);

@@ -1101,7 +1101,7 @@ where
                             continue;
                         }
                     };
-                    if let Some(backlog) = self.backlog() {
+                    if let Some(backlog) = self.backlog(1) {
                         let written = self
                             .indexer
                             .transaction_snapshots(vec![StoreOp::Put(key, obj.clone())], None);
@@ -1157,12 +1157,14 @@ where
         deferred
     }
 
-    /// With a compact cache, while some handler is [`decoded_backlog`](Self::decoded_backlog)
-    /// notifications behind: that backlog, for the writes to hand back snapshots, so the
-    /// handlers that are behind are sent them (see [`Processor::distribute_stored`]).
-    pub(crate) fn backlog(&self) -> Option<usize> {
+    /// With a compact cache, when some handler would be [`decoded_backlog`](Self::decoded_backlog)
+    /// notifications behind once sent `writes` more: that backlog, for the writes to hand back
+    /// snapshots, so that the handlers that are (or get) behind are sent them (see
+    /// [`Processor::distribute_stored`]). A batch of an in-order informer is up to 1,000 writes,
+    /// which would otherwise all go out decoded to a handler that was not behind yet.
+    pub(crate) fn backlog(&self, writes: usize) -> Option<usize> {
         self.decoded_backlog
-            .filter(|&backlog| self.processor.any_behind(backlog))
+            .filter(|&backlog| self.processor.any_behind(backlog.saturating_sub(writes)))
     }
 
     /// Notifies the add or update of `obj`, which `written` stored, to each listener: as
@@ -1187,13 +1189,25 @@ where
                 // Same resourceVersion: a resync (or an unchanged object in a relist); only
                 // listeners due for a resync hear of it.
                 let is_sync = old.resource_version() == new.resource_version();
+                // The very object stored again (a resync): it is the old one too.
+                let same = old.same_object(&new);
                 let ready = {
                     let old = old.clone();
                     move || {
-                        Some(Event::Update {
-                            old: old.load().ok()?,
-                            new: obj,
-                        })
+                        // Not kept in the snapshot, whose copies wait for handlers behind.
+                        let old = if same {
+                            Ok(Arc::clone(&obj))
+                        } else {
+                            old.load_unshared()
+                        };
+                        match old {
+                            Ok(old) => Event::Update { old, new: obj },
+                            // As `insert`, which returns no old object it cannot read.
+                            Err(_) => Event::Add {
+                                obj,
+                                is_in_initial_list,
+                            },
+                        }
                     }
                 };
                 self.processor.distribute_stored(
@@ -1209,11 +1223,9 @@ where
                     obj: new,
                     is_in_initial_list,
                 },
-                move || {
-                    Some(Event::Add {
-                        obj,
-                        is_in_initial_list,
-                    })
+                move || Event::Add {
+                    obj,
+                    is_in_initial_list,
                 },
                 false,
                 backlog,

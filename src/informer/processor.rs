@@ -33,10 +33,11 @@ use crate::{
 };
 
 /// A notification as a listener's buffer holds it: an event, or an event whose objects are
-/// [`Snapshot`]s of the cache, decoded as the handler is called. A compact cache's in-order
-/// relist, resync and late-registration replay are notified so, and so is every add and update
-/// sent to a handler that has fallen behind ([`Processor::distribute_stored`]): N notifications
-/// in the buffers are then N compressed objects, not N decoded ones (issue #12 part 4).
+/// [`Snapshot`]s of the cache, decoded as the handler is called. With a compact cache, a late
+/// handler's replay, the in-order FIFO's relists and resyncs, and every add and update sent to
+/// a handler that has fallen behind ([`Processor::distribute_stored`]) are notified so: N
+/// notifications in the buffers are then N compressed objects, not N decoded ones (issue #12
+/// part 4).
 pub(crate) enum Note<K> {
     Ready(Event<K>),
     Stored(StoredEvent<K>),
@@ -115,7 +116,9 @@ impl<K> Note<K> {
 
     /// The event to hand to the handler, its snapshots decoded; `None` if one does not decode
     /// (logged and counted by the cache: it cannot happen unless memory is corrupted, since the
-    /// same bytes decoded when they were stored).
+    /// same bytes decoded when they were stored), except an update's old object, without which
+    /// the update is an add (as [`Indexer::insert`](crate::Indexer::insert) returns no old
+    /// object it cannot read).
     pub(crate) fn event(&self) -> Option<std::borrow::Cow<'_, Event<K>>> {
         use std::borrow::Cow;
         let ev = match self {
@@ -128,10 +131,14 @@ impl<K> Note<K> {
                 is_in_initial_list: *is_in_initial_list,
             },
             Self::Stored(StoredEvent::Update { old, new }) => {
-                let old = old.load().ok()?;
-                Event::Update {
-                    old,
-                    new: new.load().ok()?,
+                let new = new.load().ok()?;
+                match old.load() {
+                    Ok(old) => Event::Update { old, new },
+                    // As a write whose old object does not decode: the new one is an add.
+                    Err(_) => Event::Add {
+                        obj: new,
+                        is_in_initial_list: false,
+                    },
                 }
             }
             Self::Stored(StoredEvent::Tombstone { key, obj }) => Event::Delete(
@@ -830,7 +837,7 @@ impl<K> Processor<K> {
     pub(crate) fn distribute_stored(
         &self,
         stored: StoredEvent<K>,
-        ready: impl FnOnce() -> Option<Event<K>>,
+        ready: impl FnOnce() -> Event<K>,
         is_sync: bool,
         backlog: usize,
         deferred: &mut Vec<Reservation<K>>,
@@ -844,12 +851,10 @@ impl<K> Processor<K> {
         {
             let behind = l.queue.pending.load(Ordering::Acquire) >= backlog;
             if !behind && let Some(make) = ready.take() {
-                made = make();
+                made = Some(make());
             }
             let note = match &made {
                 Some(ev) if !behind => Note::Ready(ev.clone()),
-                // Behind, or an object that did not decode (logged by the cache; the handler's
-                // side logs and skips it again).
                 _ => Note::Stored(stored.clone()),
             };
             Self::deliver(l, note, deferred);

@@ -280,7 +280,7 @@ where
         if run.ops.is_empty() {
             return;
         }
-        if let Some(backlog) = self.backlog() {
+        if let Some(backlog) = self.backlog(run.ops.len()) {
             let written = self
                 .indexer
                 .transaction_snapshots(run.ops, run.last_rv.as_deref());

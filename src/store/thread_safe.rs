@@ -519,11 +519,12 @@ where
             .map(|op| match op {
                 StoreOp::Put(key, obj) => {
                     let previous = Core::put(self, &mut inner, key.clone(), obj);
+                    // Unshared: the writer is about to drop the object.
                     let new = inner
                         .items
                         .0
                         .get(&key)
-                        .map(|item| self.storage.snapshot(&key, &item.slot));
+                        .map(|item| self.storage.snapshot_unshared(&key, &item.slot));
                     (previous, new)
                 }
                 StoreOp::Remove(key) => (Core::take(self, &mut inner, &key), None),
@@ -678,6 +679,8 @@ where
         let Packed { key, body } = packed;
         match body {
             PackedBody::Cached => self.get(key.as_str())?.ok_or(StorageError::Gone { key }),
+            // Without the `compact` feature a cached reference is all a `Packed` can be.
+            #[cfg_attr(not(feature = "compact"), allow(unreachable_patterns))]
             body => self.storage.unpack(&key, body),
         }
     }
@@ -690,6 +693,7 @@ where
                         key: packed.key.clone(),
                     })
             }
+            #[cfg_attr(not(feature = "compact"), allow(unreachable_patterns))]
             body => self.storage.peek(&packed.key, body),
         }
     }

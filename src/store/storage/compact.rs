@@ -90,7 +90,10 @@ pub struct CompactConfig {
     /// far behind (a slow API call per event, a burst of events) holds about this many decoded
     /// objects (two per update) rather than one per event. A handler that keeps up gets the
     /// objects already decoded, as in `Decoded` mode; one that is behind costs a decode per
-    /// notification it is sent compressed. Default 64: a few MB of Pods per slow handler.
+    /// object it is sent compressed (two for an update). Deletions are sent decoded whatever
+    /// the backlog (a watched deletion carries the server's last state, not the cache's).
+    /// Default 64: a few MB of Pods per slow handler; 0 sends every add and update compressed,
+    /// `usize::MAX` none.
     pub decoded_backlog: usize,
 }
 
@@ -751,6 +754,30 @@ fn redacted(e: &serde_json::Error) -> String {
     )
 }
 
+impl<K> Compact<K>
+where
+    K: DeserializeOwned + Send + Sync + 'static,
+{
+    /// A snapshot of `slot` whose readers share `weak`'s object while it lives.
+    fn snapshot_sharing(
+        &self,
+        key: &ObjectKey,
+        slot: &CompactSlot<K>,
+        weak: Weak<K>,
+    ) -> Snapshot<K> {
+        match &slot.body {
+            Body::Pinned(obj) => Snapshot::Decoded(Arc::clone(obj)),
+            Body::Compressed(blob) => Snapshot::Stored(Arc::new(StoredCopy {
+                key: key.clone(),
+                blob: Arc::clone(blob),
+                resource_version: slot.meta.split('\0').next().unwrap_or_default().into(),
+                shared: Mutex::new(weak),
+                counters: Arc::clone(&self.counters),
+            })),
+        }
+    }
+}
+
 /// A slot's compressed object apart from the store (a [`Snapshot`]), with the decoded object
 /// its readers share.
 struct StoredCopy<K> {
@@ -771,18 +798,17 @@ where
             self.counters.shared_hits.fetch_add(1, Relaxed);
             return Ok(obj);
         }
-        match decode_blob(&self.key, &self.blob, |_| ()) {
-            Ok((obj, ())) => {
-                self.counters.decodes.fetch_add(1, Relaxed);
-                *shared = Arc::downgrade(&obj);
-                Ok(obj)
-            }
-            Err(e) => {
-                self.counters.decode_errors.fetch_add(1, Relaxed);
-                tracing::error!(error = %e, "cached object unreadable");
-                Err(e)
-            }
+        let obj = self.decode()?;
+        *shared = Arc::downgrade(&obj);
+        Ok(obj)
+    }
+
+    fn load_unshared(&self) -> Result<Arc<K>, StorageError> {
+        if let Some(obj) = self.shared.lock().upgrade() {
+            self.counters.shared_hits.fetch_add(1, Relaxed);
+            return Ok(obj);
         }
+        self.decode()
     }
 
     fn resource_version(&self) -> Option<&str> {
@@ -791,6 +817,22 @@ where
 
     fn stored(&self) -> *const () {
         Arc::as_ptr(&self.blob).cast()
+    }
+}
+
+impl<K: DeserializeOwned + 'static> StoredCopy<K> {
+    fn decode(&self) -> Result<Arc<K>, StorageError> {
+        match decode_blob(&self.key, &self.blob, |_| ()) {
+            Ok((obj, ())) => {
+                self.counters.decodes.fetch_add(1, Relaxed);
+                Ok(obj)
+            }
+            Err(e) => {
+                self.counters.decode_errors.fetch_add(1, Relaxed);
+                tracing::error!(error = %e, "cached object unreadable");
+                Err(e)
+            }
+        }
     }
 }
 
@@ -969,16 +1011,14 @@ where
     }
 
     fn snapshot(&self, key: &ObjectKey, slot: &CompactSlot<K>) -> Snapshot<K> {
-        match &slot.body {
-            Body::Pinned(obj) => Snapshot::Decoded(Arc::clone(obj)),
-            Body::Compressed(blob) => Snapshot::Stored(Arc::new(StoredCopy {
-                key: key.clone(),
-                blob: Arc::clone(blob),
-                resource_version: slot.meta.split('\0').next().unwrap_or_default().into(),
-                shared: Mutex::new(slot.shared.lock().weak.clone()),
-                counters: Arc::clone(&self.counters),
-            })),
-        }
+        // A `Weak` of an object nobody holds would pin its allocation (`size_of::<K>()`) for
+        // as long as the snapshot waits.
+        let weak = Some(slot.shared.lock().weak.clone()).filter(|w| w.strong_count() > 0);
+        self.snapshot_sharing(key, slot, weak.unwrap_or_default())
+    }
+
+    fn snapshot_unshared(&self, key: &ObjectKey, slot: &CompactSlot<K>) -> Snapshot<K> {
+        self.snapshot_sharing(key, slot, Weak::new())
     }
 
     fn load(&self, key: &ObjectKey, slot: &CompactSlot<K>) -> Result<Arc<K>, StorageError> {

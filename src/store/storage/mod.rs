@@ -166,13 +166,28 @@ impl<K> Snapshot<K> {
             Self::Stored(s) => s.load(),
         }
     }
+
+    /// [`load`](Self::load), without keeping the decoded object for the snapshot's other
+    /// readers: for a read made for someone else than the snapshot's holders (whose copy of the
+    /// snapshot would otherwise pin the object's allocation once it is dropped).
+    pub(crate) fn load_unshared(&self) -> Result<Arc<K>, StorageError> {
+        match self {
+            Self::Decoded(obj) => Ok(Arc::clone(obj)),
+            Self::Stored(s) => s.load_unshared(),
+        }
+    }
 }
 
 impl<K: kube::Resource> Snapshot<K> {
-    /// The object's resourceVersion, read without decoding it.
+    /// The object's resourceVersion, read without decoding it; `None` when it has none or an
+    /// empty one, in both forms.
     pub(crate) fn resource_version(&self) -> Option<&str> {
         match self {
-            Self::Decoded(obj) => obj.meta().resource_version.as_deref(),
+            Self::Decoded(obj) => obj
+                .meta()
+                .resource_version
+                .as_deref()
+                .filter(|rv| !rv.is_empty()),
             Self::Stored(s) => s.resource_version(),
         }
     }
@@ -194,6 +209,9 @@ impl<K> Snapshot<K> {
 pub(crate) trait StoredObject<K>: Send + Sync {
     /// The object decoded, or the one decoded before if someone still holds it.
     fn load(&self) -> Result<Arc<K>, StorageError>;
+
+    /// [`load`](Self::load), without keeping what it decodes for later loads.
+    fn load_unshared(&self) -> Result<Arc<K>, StorageError>;
 
     /// Its resourceVersion.
     fn resource_version(&self) -> Option<&str>;
@@ -277,8 +295,15 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     /// sweeps): forget it if nobody else holds it, else make sure the sweep sees it later.
     fn settle(&self, _key: &ObjectKey, _slot: &Self::Slot) {}
 
-    /// A snapshot of the object in `slot`.
+    /// A snapshot of the object in `slot`, sharing the decoded object while someone holds it.
     fn snapshot(&self, key: &ObjectKey, slot: &Self::Slot) -> Snapshot<K>;
+
+    /// A snapshot of the object in `slot` that does not share the decoded object the slot
+    /// has now: for an object its holder is about to drop, whose dead allocation a shared
+    /// snapshot would pin while it waits.
+    fn snapshot_unshared(&self, key: &ObjectKey, slot: &Self::Slot) -> Snapshot<K> {
+        self.snapshot(key, slot)
+    }
 
     /// Whether the object in `slot` has labels matching `selector`, without decoding it.
     fn labels_match(&self, slot: &Self::Slot, selector: &Selector) -> bool;
