@@ -224,6 +224,23 @@ impl<K> Event<K> {
         }
     }
 
+    /// The notification of a write that replaced `old` with `new`: an update, or an add when
+    /// the old object cannot be read (a compact cache's bytes that do not decode), as
+    /// [`Indexer::insert`](crate::Indexer::insert) returns no old object it cannot read.
+    pub(crate) fn update_or_add<E>(
+        old: Result<Arc<K>, E>,
+        new: Arc<K>,
+        is_in_initial_list: bool,
+    ) -> Self {
+        match old {
+            Ok(old) => Self::Update { old, new },
+            Err(_) => Self::Add {
+                obj: new,
+                is_in_initial_list,
+            },
+        }
+    }
+
     pub(crate) fn is_initial_add(&self) -> bool {
         matches!(
             self,

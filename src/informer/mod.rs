@@ -1200,18 +1200,15 @@ where
                         } else {
                             old.load_unshared()
                         };
-                        match old {
-                            Ok(old) => Event::Update { old, new: obj },
-                            // As `insert`, which returns no old object it cannot read.
-                            Err(_) => Event::Add {
-                                obj,
-                                is_in_initial_list,
-                            },
-                        }
+                        Event::update_or_add(old, obj, is_in_initial_list)
                     }
                 };
                 self.processor.distribute_stored(
-                    StoredEvent::Update { old, new },
+                    StoredEvent::Update {
+                        old,
+                        new,
+                        is_in_initial_list,
+                    },
                     ready,
                     is_sync,
                     backlog,

@@ -52,12 +52,11 @@ pub(crate) enum StoredEvent<K> {
     Update {
         old: Snapshot<K>,
         new: Snapshot<K>,
+        /// For the add this becomes if `old` does not decode ([`Event::update_or_add`]).
+        is_in_initial_list: bool,
     },
     /// A `DeletedFinalStateUnknown` tombstone.
-    Tombstone {
-        key: ObjectKey,
-        obj: Snapshot<K>,
-    },
+    Tombstone { key: ObjectKey, obj: Snapshot<K> },
 }
 
 impl<K> Clone for Note<K> {
@@ -79,9 +78,14 @@ impl<K> Clone for StoredEvent<K> {
                 obj: obj.clone(),
                 is_in_initial_list: *is_in_initial_list,
             },
-            Self::Update { old, new } => Self::Update {
+            Self::Update {
+                old,
+                new,
+                is_in_initial_list,
+            } => Self::Update {
                 old: old.clone(),
                 new: new.clone(),
+                is_in_initial_list: *is_in_initial_list,
             },
             Self::Tombstone { key, obj } => Self::Tombstone {
                 key: key.clone(),
@@ -130,17 +134,11 @@ impl<K> Note<K> {
                 obj: obj.load().ok()?,
                 is_in_initial_list: *is_in_initial_list,
             },
-            Self::Stored(StoredEvent::Update { old, new }) => {
-                let new = new.load().ok()?;
-                match old.load() {
-                    Ok(old) => Event::Update { old, new },
-                    // As a write whose old object does not decode: the new one is an add.
-                    Err(_) => Event::Add {
-                        obj: new,
-                        is_in_initial_list: false,
-                    },
-                }
-            }
+            Self::Stored(StoredEvent::Update {
+                old,
+                new,
+                is_in_initial_list,
+            }) => Event::update_or_add(old.load(), new.load().ok()?, *is_in_initial_list),
             Self::Stored(StoredEvent::Tombstone { key, obj }) => Event::Delete(
                 DeltaObject::DeletedFinalStateUnknown(DeletedFinalStateUnknown {
                     key: key.clone(),
@@ -842,19 +840,21 @@ impl<K> Processor<K> {
         backlog: usize,
         deferred: &mut Vec<Reservation<K>>,
     ) {
-        let listeners = self.listeners.read();
-        let mut ready = Some(ready);
-        let mut made: Option<Event<K>> = None;
-        for l in listeners
+        let hearing = |l: &&Arc<Listener<K>>| !is_sync || l.syncing.load(Ordering::Acquire);
+        let behind = |l: &Arc<Listener<K>>| l.queue.pending.load(Ordering::Acquire) >= backlog;
+        // Decoded outside the listeners lock, which `add_event_handler` and
+        // `remove_event_handler` wait for. A listener that catches up in between gets the
+        // snapshots if no one else wanted the decoded event.
+        let keeping_up = self
+            .listeners
+            .read()
             .iter()
-            .filter(|l| !is_sync || l.syncing.load(Ordering::Acquire))
-        {
-            let behind = l.queue.pending.load(Ordering::Acquire) >= backlog;
-            if !behind && let Some(make) = ready.take() {
-                made = Some(make());
-            }
+            .filter(hearing)
+            .any(|l| !behind(l));
+        let made = keeping_up.then(ready);
+        for l in self.listeners.read().iter().filter(hearing) {
             let note = match &made {
-                Some(ev) if !behind => Note::Ready(ev.clone()),
+                Some(ev) if !behind(l) => Note::Ready(ev.clone()),
                 _ => Note::Stored(stored.clone()),
             };
             Self::deliver(l, note, deferred);

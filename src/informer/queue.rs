@@ -241,6 +241,7 @@ where
                             StoredEvent::Update {
                                 old: obj.clone(),
                                 new: obj,
+                                is_in_initial_list,
                             },
                             true,
                             &mut deferred,
@@ -382,8 +383,15 @@ where
                         old
                     };
                     let is_sync = old.resource_version() == new.resource_version();
-                    self.processor
-                        .distribute(StoredEvent::Update { old, new }, is_sync, deferred);
+                    self.processor.distribute(
+                        StoredEvent::Update {
+                            old,
+                            new,
+                            is_in_initial_list,
+                        },
+                        is_sync,
+                        deferred,
+                    );
                 }
                 None => self.processor.distribute(
                     StoredEvent::Add {
