@@ -10,14 +10,11 @@
 # Usage: bench/in-order-compact.sh [RUNS=3]; N=10000 by default.
 set -u
 cd "$(dirname "$0")"
-T="${CARGO_TARGET_DIR:-$PWD/target}/release"
+. ./lib.sh
 runs=${1:-3}
 n=${N:-10000}
 port=18095
-"$T/replay-server" --port $port --pods "$n" --relist true --protobuf true >/dev/null 2>&1 &
-rs=$!
-trap 'kill $rs 2>/dev/null' EXIT
-until curl -sf "127.0.0.1:$port/reset" >/dev/null; do sleep 1; done
+start_replay $port --pods "$n" --relist true --protobuf true
 for r in $(seq "$runs"); do
     for mode in sync relist; do
         for c in delta-compact in-order-compact in-order-decoded ${BASE:+base-in-order-compact}; do

@@ -7,13 +7,11 @@
 # Usage: bench/s1-compact.sh [RUNS=2]; NS="10000 50000" picks the sizes.
 set -u
 cd "$(dirname "$0")"
-T="${CARGO_TARGET_DIR:-$PWD/target}/release"
+. ./lib.sh
 runs=${1:-2}
 port=18093
 for n in ${NS:-10000 50000}; do
-    "$T/replay-server" --port $port --pods "$n" --protobuf true >/dev/null 2>&1 &
-    rs=$!
-    until curl -sf "127.0.0.1:$port/reset" >/dev/null; do sleep 1; done
+    start_replay $port --pods "$n" --protobuf true
     for r in $(seq "$runs"); do
         for c in go-json go-pb inf-json inf-pb inf-json-compact inf-pb-compact; do
             curl -s "127.0.0.1:$port/reset" >/dev/null
@@ -29,6 +27,5 @@ for n in ${NS:-10000 50000}; do
             echo "n=$n run=$r $c $("${cmd[@]}" 2>&1 | grep '^RESULT')"
         done
     done
-    kill "$rs"
-    wait "$rs" 2>/dev/null
+    stop_replay
 done

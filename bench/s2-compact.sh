@@ -9,16 +9,12 @@
 # Usage: bench/s2-compact.sh [RUNS=3]; N=10000 and M=30000 by default.
 set -u
 cd "$(dirname "$0")"
-T="${CARGO_TARGET_DIR:-$PWD/target}/release"
+. ./lib.sh
 runs=${1:-3}
 n=${N:-10000}
 m=${M:-30000}
 port=18094
-"$T/replay-server" --port $port --pods "$n" --events "$m" --burst 1000 --gate-watch true \
-    --protobuf true >/dev/null 2>&1 &
-rs=$!
-trap 'kill $rs 2>/dev/null' EXIT
-until curl -sf "127.0.0.1:$port/reset" >/dev/null; do sleep 1; done
+start_replay $port --pods "$n" --events "$m" --burst 1000 --gate-watch true --protobuf true
 for r in $(seq "$runs"); do
     for c in pb pb-compact json-compact ${BASE:+base-pb-compact base-json-compact}; do
         curl -s "127.0.0.1:$port/reset" >/dev/null

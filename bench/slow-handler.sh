@@ -12,19 +12,14 @@
 # Usage: bench/slow-handler.sh [RUNS=3]; N=10000, M=5000, SLEEP=200 by default.
 set -u
 cd "$(dirname "$0")"
-T="${CARGO_TARGET_DIR:-$PWD/target}/release"
+. ./lib.sh
 runs=${1:-3}
 n=${N:-10000}
 m=${M:-5000}
 sleep_us=${SLEEP:-200}
 port=18096
-rs=
-trap 'kill $rs 2>/dev/null' EXIT
 for mode in sync watch; do
-    "$T/replay-server" --port $port --pods "$n" --events "$m" --burst 1000 --gate-watch true \
-        --protobuf true >/dev/null 2>&1 &
-    rs=$!
-    until curl -sf "127.0.0.1:$port/reset" >/dev/null; do sleep 1; done
+    start_replay $port --pods "$n" --events "$m" --burst 1000 --gate-watch true --protobuf true
     for r in $(seq "$runs"); do
         for fifo in delta in-order; do
             for backlog in default max; do
@@ -36,6 +31,5 @@ for mode in sync watch; do
             done
         done
     done
-    kill $rs 2>/dev/null
-    wait $rs 2>/dev/null
+    stop_replay
 done
