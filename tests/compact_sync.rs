@@ -34,6 +34,20 @@ fn cm(i: usize) -> ConfigMap {
     }
 }
 
+/// Rewrites `cm(i)`'s body on the server as `body`, for each `i`.
+fn set_bodies(server: &FakeApiServer, is: std::ops::Range<usize>, body: impl Fn(usize) -> String) {
+    for i in is {
+        let mut c = cm(i);
+        c.data.as_mut().unwrap().insert("body".into(), body(i));
+        server.update(&c).unwrap();
+    }
+}
+
+/// The record of `cm(i)`'s body changed to `new`, as [`recorder`] writes it.
+fn updated(i: usize, new: String) -> (&'static str, String, String, String) {
+    ("update", format!("cm-{i}"), body(&cm(i)), new)
+}
+
 async fn server(protobuf: bool) -> FakeApiServer {
     let server = FakeApiServer::start_with_core().await.unwrap();
     server.set_protobuf_supported(protobuf);
@@ -307,14 +321,7 @@ async fn watched_objects_are_packed(streaming: bool) {
             .filter(|r| r.verb == Verb::List)
             .count();
         assert_eq!(lists, usize::from(!streaming), "streaming {streaming}");
-        for i in 0..30 {
-            let mut c = cm(i);
-            c.data
-                .as_mut()
-                .unwrap()
-                .insert("body".into(), format!("changed {i}"));
-            server.update(&c).unwrap();
-        }
+        set_bodies(&server, 0..30, |i| format!("changed {i}"));
         for i in N..N + 10 {
             server.create(&cm(i)).unwrap();
         }
@@ -338,14 +345,7 @@ async fn watched_objects_are_packed(streaming: bool) {
         assert_equals_server(&server, &factory);
         let seen = seen.lock().clone();
         let mut want: Vec<_> = (0..30)
-            .map(|i| {
-                (
-                    "update",
-                    format!("cm-{i}"),
-                    body(&cm(i)),
-                    format!("changed {i}"),
-                )
-            })
+            .map(|i| updated(i, format!("changed {i}")))
             .chain((N..N + 10).map(|i| ("add", format!("cm-{i}"), String::new(), body(&cm(i)))))
             .chain((100..105).map(|i| ("delete", format!("cm-{i}"), String::new(), String::new())))
             .collect();
@@ -484,14 +484,7 @@ async fn in_order_lists_wait_as_snapshots(protobuf: bool) {
     let faults = server.faults();
     faults.stall_watches();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    for i in 0..10 {
-        let mut c = cm(i);
-        c.data
-            .as_mut()
-            .unwrap()
-            .insert("body".into(), format!("relisted {i}"));
-        server.update(&c).unwrap();
-    }
+    set_bodies(&server, 0..10, |i| format!("relisted {i}"));
     for i in 10..15 {
         server
             .delete::<ConfigMap>(Some(&format!("ns-{}", i % 3)), &format!("cm-{i}"))
@@ -509,14 +502,7 @@ async fn in_order_lists_wait_as_snapshots(protobuf: bool) {
     got.retain(|(kind, _, old, new)| !(*kind == "update" && old == new));
     got.sort();
     let mut want: Vec<_> = (0..10)
-        .map(|i| {
-            (
-                "update",
-                format!("cm-{i}"),
-                body(&cm(i)),
-                format!("relisted {i}"),
-            )
-        })
+        .map(|i| updated(i, format!("relisted {i}")))
         .chain((10..15).map(|i| {
             (
                 "delete",
@@ -673,14 +659,7 @@ async fn falls_behind(mode: FifoMode, protobuf: bool) {
     reads(0..N);
 
     // Watched updates, while the handler is still stuck on its first notification.
-    for i in 0..100 {
-        let mut c = cm(i);
-        c.data
-            .as_mut()
-            .unwrap()
-            .insert("body".into(), format!("watched {i}"));
-        server.update(&c).unwrap();
-    }
+    set_bodies(&server, 0..100, |i| format!("watched {i}"));
     wait_for(&fast, N + 100).await;
     wait_for(&bounded, N + 100).await;
     reads(0..100);
@@ -702,14 +681,7 @@ async fn falls_behind(mode: FifoMode, protobuf: bool) {
     wait_for(&bounded, N + 100).await;
     gate.close();
     hold.close();
-    for i in 100..200 {
-        let mut c = cm(i);
-        c.data
-            .as_mut()
-            .unwrap()
-            .insert("body".into(), format!("burst {i}"));
-        server.update(&c).unwrap();
-    }
+    set_bodies(&server, 100..200, |i| format!("burst {i}"));
     // Until every change of the burst has reached the informer: queued, or applied (when it
     // came as one batch before the informer was held back, which a loaded machine makes
     // likely; applied, it has been told to the handler that keeps up).
@@ -740,22 +712,8 @@ async fn falls_behind(mode: FifoMode, protobuf: bool) {
     want.sort();
     assert_eq!(initial, want, "{what}");
     let updates: Vec<_> = (0..100)
-        .map(|i| {
-            (
-                "update",
-                format!("cm-{i}"),
-                body(&cm(i)),
-                format!("watched {i}"),
-            )
-        })
-        .chain((100..200).map(|i| {
-            (
-                "update",
-                format!("cm-{i}"),
-                body(&cm(i)),
-                format!("burst {i}"),
-            )
-        }))
+        .map(|i| updated(i, format!("watched {i}")))
+        .chain((100..200).map(|i| updated(i, format!("burst {i}"))))
         .collect();
     assert_eq!(fast[N..], updates[..], "{what}");
     assert_equals_server(&server, &factory);
