@@ -302,7 +302,7 @@ impl<K, S: Storage<K>> Core<K, S> {
         key: ObjectKey,
         obj: Arc<K>,
     ) -> Previous<K, S::Slot> {
-        self.put_from(inner, key, obj, None)
+        self.put_from(inner, key, obj, None, false)
     }
 
     /// [`put`](Self::put); `kept` is a slot of the store being replaced that holds this very
@@ -313,9 +313,11 @@ impl<K, S: Storage<K>> Core<K, S> {
         key: ObjectKey,
         obj: Arc<K>,
         kept: Option<&S::Slot>,
+        listed: bool,
     ) -> Previous<K, S::Slot> {
         let store = |key: &ObjectKey| match kept {
             Some(slot) => self.storage.restore(key, slot, &obj),
+            None if listed => self.storage.store_listed(key, &obj),
             None => self.storage.store(key, &obj),
         };
         let values = match inner.items.0.get(&key) {
@@ -760,7 +762,7 @@ impl<K, S: Storage<K>> Core<K, S> {
                 .get(&key)
                 .map(|item| &item.slot)
                 .filter(|slot| self.storage.holds(slot, &obj));
-            Core::put_from(self, &mut fresh, key.clone(), obj, kept);
+            Core::put_from(self, &mut fresh, key.clone(), obj, kept, true);
             drop(current);
             // A compact store's slot keeps a `Weak` of what it stored, which pins the object's
             // allocation once it is dropped (as it was just now, unless someone holds it) until

@@ -266,6 +266,13 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     /// The slot for `obj`, stored under `key`.
     fn store(&self, key: &ObjectKey, obj: &Arc<K>) -> Self::Slot;
 
+    /// [`store`](Self::store) for one object of a list stored whole (a relist building the
+    /// store's replacement): not what a controller reads next, as a single write is, so a
+    /// storage that keeps recent objects decoded does not keep it.
+    fn store_listed(&self, key: &ObjectKey, obj: &Arc<K>) -> Self::Slot {
+        self.store(key, obj)
+    }
+
     /// The object in `slot`: the one someone holds, or decoded.
     fn load(&self, key: &ObjectKey, slot: &Self::Slot) -> Result<Arc<K>, StorageError>;
 

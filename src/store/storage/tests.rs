@@ -408,6 +408,33 @@ fn a_scan_of_cold_objects_does_not_push_hot_ones_out() {
     assert_eq!(store.stats().decodes, 107);
 }
 
+#[test]
+fn a_replaced_list_does_not_push_hot_objects_out() {
+    let store = compact(CompactConfig::default().hot_objects(4));
+    for i in 0..4 {
+        store.add(cm("hot", &format!("h{i}"), i, &[], &[])).unwrap();
+    }
+    // A relist of the four, unchanged (the very objects the cache holds), and 100 new ones.
+    let hot: Vec<_> = (0..4)
+        .map(|i| store.get_by_key(&format!("hot/h{i}")).unwrap())
+        .collect();
+    let list: Vec<_> = hot
+        .iter()
+        .cloned()
+        .chain((0..100).map(|i| cm("cold", &format!("o{i}"), i, &[], &[])))
+        .collect();
+    drop(hot);
+    store.replace(list).unwrap();
+    assert_eq!(store.stats().decodes, 0);
+    for i in 0..4 {
+        store.get_by_key(&format!("hot/h{i}")).unwrap();
+    }
+    assert_eq!(store.stats().decodes, 0, "the list pushed a hot object out");
+    // Nor is the list's last object kept decoded: nobody has read it yet.
+    store.get_by_key("cold/o99").unwrap();
+    assert_eq!(store.stats().decodes, 1);
+}
+
 /// A ConfigMap whose data follows one of two shapes, so a dictionary trained on one compresses
 /// the other badly.
 fn shaped(shape: u8, i: usize) -> Arc<ConfigMap> {
