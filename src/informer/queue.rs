@@ -16,7 +16,7 @@ use crate::{
         ListItem, Popped,
     },
     reflector::ReflectorStore,
-    store::{Listed, ObjectKey, Replaced, StorageError, StoreOp, key_of},
+    store::{Listed, ObjectKey, StorageError, StoreOp, key_of},
 };
 
 /// Which FIFO an informer runs between its reflector and its cache, and so which client-go
@@ -353,26 +353,22 @@ where
                 Some((key, Listed::Object(obj)))
             }
         });
-        let Replaced {
-            stored,
-            mut previous,
-        } = self
+        let mut replaced = self
             .indexer
             .replace_streaming(&mut objects, resource_version);
         drop(objects);
-        let changes: Vec<_> = stored
-            .into_iter()
-            .map(|(key, new)| (previous.remove(&key), new))
-            .collect();
-        // What is left of the old cache went. Sorted, so the order is reproducible (client-go's
-        // follows Go's map order).
-        let mut gone: Vec<_> = previous.into_iter().collect();
-        gone.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for (key, obj) in gone {
+        // What the list lacks went. Sorted, so the order is reproducible (client-go's follows
+        // Go's map order).
+        for (key, obj) in replaced.take_gone() {
             self.processor
                 .distribute(StoredEvent::Tombstone { key, obj }, false, deferred);
         }
-        for (old, new) in changes {
+        // Snapshots taken as each is notified, each old object's slot dropped once it is, so
+        // only the listeners' buffers hold them.
+        for key in replaced.take_keys() {
+            let (old, Some(new)) = replaced.take(&key) else {
+                continue;
+            };
             match old {
                 Some(old) => {
                     // An unchanged object: one snapshot for both, decoded once (in Decoded mode

@@ -20,5 +20,5 @@ pub use storage::{CacheStats, CacheStorage, Packed, StorageError};
 pub use thread_safe::{Indexer, StoreOp};
 pub(crate) use {
     storage::Snapshot,
-    thread_safe::{Listed, Replaced, Written},
+    thread_safe::{Listed, Written},
 };

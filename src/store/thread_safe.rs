@@ -31,11 +31,70 @@ pub(crate) enum Listed<K> {
     Cached,
 }
 
-/// What [`Indexer::replace_streaming`] did: snapshots of the objects stored, in list order,
-/// and of every object the store held before.
-pub(crate) struct Replaced<K> {
-    pub(crate) stored: Vec<(ObjectKey, Snapshot<K>)>,
-    pub(crate) previous: HashMap<ObjectKey, Snapshot<K>>,
+/// What [`Indexer::replace_streaming`] did, for the handlers' notifications: the keys stored,
+/// in list order, and the store's previous contents, taken out one key at a time as each is
+/// notified. So neither the objects stored nor those replaced are held as a second set of
+/// snapshots beside the two stores, and the previous store shrinks as the notifications go out.
+pub(crate) trait Replaced<K> {
+    /// The keys stored, in list order (a key listed twice once, where it first came).
+    fn take_keys(&mut self) -> Vec<ObjectKey>;
+    /// The previous objects whose keys the list lacks, taken out, sorted by key.
+    fn take_gone(&mut self) -> Vec<(ObjectKey, Snapshot<K>)>;
+    /// A snapshot of what the store holds under `key` now, and of what it held before (taken
+    /// out of the previous contents).
+    fn take(&mut self, key: &ObjectKey) -> (Option<Snapshot<K>>, Option<Snapshot<K>>);
+}
+
+/// [`Replaced`] over a [`Core`]: the previous contents, dropped (with no lock held) with it.
+struct Replacement<'a, K, S: Storage<K>> {
+    core: &'a Core<K, S>,
+    keys: Vec<ObjectKey>,
+    previous: Inner<K, S::Slot>,
+}
+
+impl<K, S: Storage<K>> Replaced<K> for Replacement<'_, K, S> {
+    fn take_keys(&mut self) -> Vec<ObjectKey> {
+        std::mem::take(&mut self.keys)
+    }
+
+    fn take_gone(&mut self) -> Vec<(ObjectKey, Snapshot<K>)> {
+        let mut gone: Vec<ObjectKey> = {
+            let now = self.core.inner.read();
+            self.previous
+                .items
+                .0
+                .keys()
+                .filter(|key| !now.items.0.contains_key(*key))
+                .cloned()
+                .collect()
+        };
+        gone.sort_unstable();
+        gone.into_iter()
+            .filter_map(|key| {
+                let item = self.previous.items.0.remove(&key)?;
+                let snapshot = self.core.storage.snapshot(&key, &item.slot);
+                Some((key, snapshot))
+            })
+            .collect()
+    }
+
+    fn take(&mut self, key: &ObjectKey) -> (Option<Snapshot<K>>, Option<Snapshot<K>>) {
+        let old = self
+            .previous
+            .items
+            .0
+            .remove(key)
+            .map(|item| self.core.storage.snapshot(key, &item.slot));
+        let new = self
+            .core
+            .inner
+            .read()
+            .items
+            .0
+            .get(key)
+            .map(|item| self.core.storage.snapshot(key, &item.slot));
+        (old, new)
+    }
 }
 
 /// A thread-safe store of objects keyed by [`ObjectKey`], with named indices
@@ -119,11 +178,11 @@ trait Backend<K>: Send + Sync {
     fn list(&self, selector: Option<&Selector>) -> Vec<Arc<K>>;
     fn list_keys(&self) -> Vec<ObjectKey>;
     fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>);
-    fn replace_streaming(
-        &self,
+    fn replace_streaming<'a>(
+        &'a self,
         objs: &mut dyn Iterator<Item = (ObjectKey, Listed<K>)>,
         resource_version: &str,
-    ) -> Replaced<K>;
+    ) -> Box<dyn Replaced<K> + 'a>;
     fn snapshots(&self) -> Vec<Snapshot<K>>;
     fn put(&self, key: ObjectKey, obj: Arc<K>, want_old: bool) -> Option<Arc<K>>;
     fn take(&self, key: &ObjectKey, want_old: bool) -> Option<Arc<K>>;
@@ -431,11 +490,11 @@ where
         drop(old);
     }
 
-    fn replace_streaming(
-        &self,
+    fn replace_streaming<'a>(
+        &'a self,
         objs: &mut dyn Iterator<Item = (ObjectKey, Listed<K>)>,
         resource_version: &str,
-    ) -> Replaced<K> {
+    ) -> Box<dyn Replaced<K> + 'a> {
         let mut keys = Vec::new();
         let mut seen = HashSet::new();
         // A key listed twice (a server's fault) is told of once, where it first came.
@@ -444,22 +503,14 @@ where
                 keys.push(key.clone());
             }
         });
-        let stored = keys
-            .into_iter()
-            .filter_map(|key| {
-                let snapshot = self.storage.snapshot(&key, &fresh.items.0.get(&key)?.slot);
-                Some((key, snapshot))
-            })
-            .collect();
-        let old = self.swap(fresh, Some(resource_version));
+        drop(seen);
+        let previous = self.swap(fresh, Some(resource_version));
         self.settle_all();
-        let previous = old
-            .items
-            .0
-            .iter()
-            .map(|(key, item)| (key.clone(), self.storage.snapshot(key, &item.slot)))
-            .collect();
-        Replaced { stored, previous }
+        Box::new(Replacement {
+            core: self,
+            keys,
+            previous,
+        })
     }
 
     fn snapshots(&self) -> Vec<Snapshot<K>> {
@@ -1088,11 +1139,11 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// as they are stored, so a compact store never holds them all decoded; keys are the
     /// caller's. Returns snapshots of what it stored, in list order, and of everything it held
     /// before, for the handlers' notifications.
-    pub(crate) fn replace_streaming(
-        &self,
+    pub(crate) fn replace_streaming<'a>(
+        &'a self,
         objs: &mut dyn Iterator<Item = (ObjectKey, Listed<K>)>,
         resource_version: &str,
-    ) -> Replaced<K> {
+    ) -> Box<dyn Replaced<K> + 'a> {
         self.core.replace_streaming(objs, resource_version)
     }
 

@@ -729,7 +729,7 @@ fn a_streaming_replace_hands_out_snapshots_that_outlive_the_store() {
     // `b` goes, `a` changes, `c` comes; `b1` is still held, so an unchanged `b` would be kept as
     // it was, but it is not listed.
     let c1 = cm("ns", "c", 2, &[], &body("c1"));
-    let replaced = store.replace_streaming(
+    let mut replaced = store.replace_streaming(
         &mut vec![
             (key("a"), Listed::Object(a2.clone())),
             (key("c"), Listed::Object(c1.clone())),
@@ -738,29 +738,34 @@ fn a_streaming_replace_hands_out_snapshots_that_outlive_the_store() {
         "2",
     );
     assert_eq!(store.last_store_sync_resource_version(), "2");
-    let stored: Vec<_> = replaced.stored.iter().map(|(k, _)| k.clone()).collect();
-    assert_eq!(stored, [key("a"), key("c")]);
-    let mut previous: Vec<_> = replaced.previous.keys().cloned().collect();
-    previous.sort();
-    assert_eq!(previous, [key("a"), key("b")]);
+    let gone = replaced.take_gone();
     assert_eq!(
-        replaced.previous[&key("a")].resource_version(),
-        Some("1"),
-        "read without decoding"
+        gone.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        [key("b")]
     );
+    assert_eq!(replaced.take_keys(), [key("a"), key("c")]);
+    let (old_a, new_a) = replaced.take(&key("a"));
+    let old_a = old_a.expect("a was stored before");
+    assert_eq!(old_a.resource_version(), Some("1"), "read without decoding");
+    assert_eq!(new_a.unwrap().resource_version(), Some("2"));
 
     // The old `a` is no longer in the store, and nobody holds it: its snapshot decodes it, once
     // while it is held.
     let decodes = store.stats().decodes;
-    let old_a = replaced.previous[&key("a")].load().unwrap();
-    assert_eq!(*old_a, a1);
-    let again = replaced.previous[&key("a")].clone().load().unwrap();
-    assert!(Arc::ptr_eq(&old_a, &again));
+    let loaded = old_a.load().unwrap();
+    assert_eq!(*loaded, a1);
+    let again = old_a.clone().load().unwrap();
+    assert!(Arc::ptr_eq(&loaded, &again));
     assert_eq!(store.stats().decodes, decodes + 1);
     // `b1` is held by the test: shared, not decoded.
-    let old_b = replaced.previous[&key("b")].load().unwrap();
+    let old_b = gone[0].1.load().unwrap();
     assert!(Arc::ptr_eq(&old_b, &b1));
-    assert_eq!(*replaced.stored[1].1.load().unwrap(), *c1);
+    let (old_c, new_c) = replaced.take(&key("c"));
+    assert!(old_c.is_none());
+    assert_eq!(*new_c.unwrap().load().unwrap(), *c1);
+    // Each previous object is handed out once.
+    assert!(replaced.take(&key("a")).0.is_none());
+    assert!(replaced.take_gone().is_empty());
     drop(replaced);
     assert_eq!(by_key(store.list()), [(*a2).clone(), (*c1).clone()]);
     assert!(store.stats().stored_bytes > 0 && stored_before > 0);
@@ -799,7 +804,7 @@ fn a_streaming_replace_hands_out_snapshots_that_outlive_the_store() {
     // not hold is left out.
     let held = store.get_by_key("ns/a").unwrap();
     let decodes = store.stats().decodes;
-    let relisted = store.replace_streaming(
+    let mut relisted = store.replace_streaming(
         &mut vec![
             (key("a"), Listed::Object(held)),
             (key("c"), Listed::Cached),
@@ -809,11 +814,20 @@ fn a_streaming_replace_hands_out_snapshots_that_outlive_the_store() {
         "4",
     );
     assert_eq!(store.stats().decodes, decodes, "nothing decoded");
-    assert_eq!(relisted.stored.len(), 2);
-    for (k, new) in &relisted.stored {
-        assert!(new.same_object(&relisted.previous[k]), "{k}");
-    }
-    assert!(!relisted.stored[0].1.same_object(&relisted.stored[1].1));
+    assert!(relisted.take_gone().is_empty());
+    let keys = relisted.take_keys();
+    assert_eq!(keys, [key("a"), key("c")]);
+    let news: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            let (old, new) = relisted.take(k);
+            let new = new.unwrap();
+            assert!(new.same_object(&old.unwrap()), "{k}");
+            new
+        })
+        .collect();
+    assert!(!news[0].same_object(&news[1]));
+    assert_eq!(store.stats().decodes, decodes, "nothing decoded");
     assert_eq!(store.stats().encoded_bytes, encoded);
     assert_eq!(
         store.index_keys(NAMESPACE_INDEX, "ns").unwrap().len(),
@@ -839,7 +853,7 @@ fn a_key_listed_twice_in_a_streaming_replace_keeps_the_later_entry_only() {
     store.replace_at(vec![a1], "1").unwrap();
     let key = ObjectKey::new(Some("ns"), "a").unwrap();
     let a2 = cm("ns", "a", 2, &[], &[("new", "2".into())]);
-    let replaced = store.replace_streaming(
+    let mut replaced = store.replace_streaming(
         &mut vec![
             (key.clone(), Listed::Object(a2)),
             (key.clone(), Listed::Cached),
@@ -847,7 +861,8 @@ fn a_key_listed_twice_in_a_streaming_replace_keeps_the_later_entry_only() {
         .into_iter(),
         "2",
     );
-    assert_eq!(replaced.stored.len(), 1);
+    assert_eq!(replaced.take_keys(), [key.clone()]);
+    assert!(replaced.take_gone().is_empty());
     assert!(
         store.index_keys("data", "new").unwrap().is_empty(),
         "stale index values"
