@@ -138,7 +138,12 @@ impl<K> Note<K> {
                 old,
                 new,
                 is_in_initial_list,
-            }) => Event::update_or_add(old.load(), new.load().ok()?, *is_in_initial_list),
+            }) => {
+                // The new object first: if it does not decode, nothing is notified, and the old
+                // one (the same snapshot for a resync) is not decoded for nothing.
+                let new = new.load().ok()?;
+                Event::update_or_add(old.load(), new, *is_in_initial_list)
+            }
             Self::Stored(StoredEvent::Tombstone { key, obj }) => Event::Delete(
                 DeltaObject::DeletedFinalStateUnknown(DeletedFinalStateUnknown {
                     key: key.clone(),

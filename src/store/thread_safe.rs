@@ -35,21 +35,26 @@ pub(crate) enum Listed<K> {
 /// in list order, and the store's previous contents, taken out one key at a time as each is
 /// notified. So neither the objects stored nor those replaced are held as a second set of
 /// snapshots beside the two stores, and the previous store shrinks as the notifications go out.
+///
+/// What the store holds now is read as each key is taken, so this assumes the caller is the
+/// store's only writer until it is done (the informer, which applies the relist and notifies
+/// under `block_deltas`); a key written meanwhile by someone else is told of as it is then.
 pub(crate) trait Replaced<K> {
     /// The keys stored, in list order (a key listed twice once, where it first came).
     fn take_keys(&mut self) -> Vec<ObjectKey>;
     /// The previous objects whose keys the list lacks, taken out, sorted by key.
     fn take_gone(&mut self) -> Vec<(ObjectKey, Snapshot<K>)>;
-    /// A snapshot of what the store holds under `key` now, and of what it held before (taken
-    /// out of the previous contents).
+    /// `(old, new)`: a snapshot of what the store held under `key` before (taken out of the
+    /// previous contents, so handed out once) and of what it holds now.
     fn take(&mut self, key: &ObjectKey) -> (Option<Snapshot<K>>, Option<Snapshot<K>>);
 }
 
-/// [`Replaced`] over a [`Core`]: the previous contents, dropped (with no lock held) with it.
+/// [`Replaced`] over a [`Core`]: the previous contents' items (their indices are dropped at
+/// once), dropped (with no lock held) with it.
 struct Replacement<'a, K, S: Storage<K>> {
     core: &'a Core<K, S>,
     keys: Vec<ObjectKey>,
-    previous: Inner<K, S::Slot>,
+    previous: Items<S::Slot>,
 }
 
 impl<K, S: Storage<K>> Replaced<K> for Replacement<'_, K, S> {
@@ -61,7 +66,6 @@ impl<K, S: Storage<K>> Replaced<K> for Replacement<'_, K, S> {
         let mut gone: Vec<ObjectKey> = {
             let now = self.core.inner.read();
             self.previous
-                .items
                 .0
                 .keys()
                 .filter(|key| !now.items.0.contains_key(*key))
@@ -71,7 +75,7 @@ impl<K, S: Storage<K>> Replaced<K> for Replacement<'_, K, S> {
         gone.sort_unstable();
         gone.into_iter()
             .filter_map(|key| {
-                let item = self.previous.items.0.remove(&key)?;
+                let item = self.previous.0.remove(&key)?;
                 let snapshot = self.core.storage.snapshot(&key, &item.slot);
                 Some((key, snapshot))
             })
@@ -81,7 +85,6 @@ impl<K, S: Storage<K>> Replaced<K> for Replacement<'_, K, S> {
     fn take(&mut self, key: &ObjectKey) -> (Option<Snapshot<K>>, Option<Snapshot<K>>) {
         let old = self
             .previous
-            .items
             .0
             .remove(key)
             .map(|item| self.core.storage.snapshot(key, &item.slot));
@@ -504,7 +507,9 @@ where
             }
         });
         drop(seen);
-        let previous = self.swap(fresh, Some(resource_version));
+        let Inner {
+            items: previous, ..
+        } = self.swap(fresh, Some(resource_version));
         self.settle_all();
         Box::new(Replacement {
             core: self,
@@ -1137,8 +1142,8 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
 
     /// [`replace_at`](Self::replace_at) with objects that `objs` makes (decodes) one at a time
     /// as they are stored, so a compact store never holds them all decoded; keys are the
-    /// caller's. Returns snapshots of what it stored, in list order, and of everything it held
-    /// before, for the handlers' notifications.
+    /// caller's. Returns what the handlers' notifications need: the keys stored, in list order,
+    /// and the previous contents, handed out as snapshots one key at a time.
     pub(crate) fn replace_streaming<'a>(
         &'a self,
         objs: &mut dyn Iterator<Item = (ObjectKey, Listed<K>)>,

@@ -853,22 +853,34 @@ fn a_key_listed_twice_in_a_streaming_replace_keeps_the_later_entry_only() {
     store.replace_at(vec![a1], "1").unwrap();
     let key = ObjectKey::new(Some("ns"), "a").unwrap();
     let a2 = cm("ns", "a", 2, &[], &[("new", "2".into())]);
+    let b = ObjectKey::new(Some("ns"), "b").unwrap();
     let mut replaced = store.replace_streaming(
         &mut vec![
             (key.clone(), Listed::Object(a2)),
+            (b.clone(), Listed::Object(cm("ns", "b", 2, &[], &[]))),
             (key.clone(), Listed::Cached),
         ]
         .into_iter(),
         "2",
     );
-    assert_eq!(replaced.take_keys(), [key.clone()]);
+    assert_eq!(replaced.take_keys(), [key.clone(), b.clone()]);
     assert!(replaced.take_gone().is_empty());
+    // The later entry, the cached `a`, is what is stored: the very object held before.
+    let (old, new) = replaced.take(&key);
+    assert!(old.unwrap().same_object(&new.unwrap()));
+    assert!(
+        replaced.take(&key).0.is_none(),
+        "the old `a` handed out twice"
+    );
+    let (old, new) = replaced.take(&b);
+    assert!(old.is_none() && new.is_some());
+    drop(replaced);
     assert!(
         store.index_keys("data", "new").unwrap().is_empty(),
         "stale index values"
     );
     assert_eq!(store.index_keys("data", "old").unwrap(), [key]);
-    assert_eq!(store.len(), 1);
+    assert_eq!(store.len(), 2);
 }
 
 #[test]
