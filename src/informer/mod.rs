@@ -23,7 +23,7 @@ pub use handler::{
 };
 pub(crate) use metrics::{FifoMetrics, InformerMetrics, resource_version_metric_value};
 pub use metrics::{InformerId, InformerMetricsProvider, names as metric_names};
-use processor::{Listener, Processor, Reservation, StoredEvent, determine_resync_period};
+use processor::{Deliveries, HeldWakes, Listener, Processor, StoredEvent, determine_resync_period};
 pub use queue::FifoMode;
 use queue::{InformerQueue, QueueHandle};
 pub use registration::{EventStream, ResourceEventHandlerRegistration};
@@ -901,10 +901,24 @@ where
             let inner = inner.clone();
             let fifo = fifo.clone();
             async move {
-                while let Ok(deferred) = fifo.pop_apply(&inner).await {
+                let mut held = HeldWakes::default();
+                loop {
+                    let popped = {
+                        let mut pop = std::pin::pin!(fifo.pop_apply(&inner));
+                        std::future::poll_fn(|cx| {
+                            let popped = pop.as_mut().poll(cx);
+                            if popped.is_pending() {
+                                // Nothing ready: the handlers hear of what was popped now.
+                                held.wake();
+                            }
+                            popped
+                        })
+                        .await
+                    };
+                    let Ok(deliveries) = popped else { break };
                     // No FIFO lock is held: a full bounded handler makes this wait as a future,
                     // while the reflector (polled in the same task) keeps reading the watch.
-                    for r in deferred {
+                    for r in held.hold(deliveries) {
                         r.deliver().await;
                     }
                 }
@@ -1084,8 +1098,8 @@ where
     /// client-go `processDeltas`: apply each delta to the cache and notify. Runs under the FIFO
     /// lock and never waits: unbounded listeners get their notifications at once, bounded ones
     /// get reservations, handed back to be delivered once the lock is released.
-    fn apply_deltas(&self, deltas: Deltas<K>, is_in_initial_list: bool) -> Vec<Reservation<K>> {
-        let mut deferred = Vec::new();
+    fn apply_deltas(&self, deltas: Deltas<K>, is_in_initial_list: bool) -> Deliveries<K> {
+        let mut deferred = Deliveries::default();
         let _block = self.block_deltas.lock();
         for d in deltas {
             match d.kind {
@@ -1175,7 +1189,7 @@ where
         obj: Arc<K>,
         is_in_initial_list: bool,
         backlog: usize,
-        deferred: &mut Vec<Reservation<K>>,
+        deferred: &mut Deliveries<K>,
     ) {
         let Written {
             old,

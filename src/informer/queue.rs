@@ -8,7 +8,7 @@ use kube::Resource;
 use super::{
     Inner,
     handler::Event,
-    processor::{Reservation, StoredEvent},
+    processor::{Deliveries, StoredEvent},
 };
 use crate::{
     fifo::{
@@ -55,7 +55,7 @@ pub(crate) trait InformerQueue<K>: ReflectorStore<K, ListItem = ListItem<K>> {
     fn pop_apply<'a>(
         &'a self,
         inner: &'a Inner<K>,
-    ) -> impl Future<Output = Result<Vec<Reservation<K>>, FifoError>> + Send + 'a;
+    ) -> impl Future<Output = Result<Deliveries<K>, FifoError>> + Send + 'a;
 }
 
 impl<K: Resource + Send + Sync + 'static> InformerQueue<K> for DeltaFifo<K> {
@@ -66,7 +66,7 @@ impl<K: Resource + Send + Sync + 'static> InformerQueue<K> for DeltaFifo<K> {
     fn pop_apply<'a>(
         &'a self,
         inner: &'a Inner<K>,
-    ) -> impl Future<Output = Result<Vec<Reservation<K>>, FifoError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Deliveries<K>, FifoError>> + Send + 'a {
         // The cache is updated under the FIFO lock (so a relist never infers deletions from a
         // half-updated cache); notifications for bounded listeners wait until it is released.
         self.pop(|deltas, initial| inner.apply_deltas(deltas, initial))
@@ -81,7 +81,7 @@ impl<K: Resource + Send + Sync + 'static> InformerQueue<K> for InOrderFifo<K> {
     fn pop_apply<'a>(
         &'a self,
         inner: &'a Inner<K>,
-    ) -> impl Future<Output = Result<Vec<Reservation<K>>, FifoError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Deliveries<K>, FifoError>> + Send + 'a {
         // Runs with the FIFO lock released (client-go `UnlockWhileProcessingFIFO`).
         self.pop_entries(|batch, initial| inner.apply_in_order(batch, initial, self))
     }
@@ -173,8 +173,8 @@ where
         batch: Vec<Popped<K>>,
         is_in_initial_list: bool,
         fifo: &InOrderFifo<K>,
-    ) -> Vec<Reservation<K>> {
-        let mut deferred = Vec::new();
+    ) -> Deliveries<K> {
+        let mut deferred = Deliveries::default();
         // Listed objects that did not decode: reported once `block_deltas` is released, since
         // the report calls the user's error handler, which may register a handler.
         let mut undecodable = Vec::new();
@@ -277,7 +277,7 @@ where
 
     /// Per-object deltas of a batch: one transaction, then the handlers, in order (client-go
     /// `processDeltasInBatch`: the store's version becomes that of the batch's last object).
-    fn apply_run(&self, run: Run<K>, is_in_initial_list: bool, deferred: &mut Vec<Reservation<K>>) {
+    fn apply_run(&self, run: Run<K>, is_in_initial_list: bool, deferred: &mut Deliveries<K>) {
         if run.ops.is_empty() {
             return;
         }
@@ -335,7 +335,7 @@ where
         fifo: &InOrderFifo<K>,
         resource_version: &str,
         is_in_initial_list: bool,
-        deferred: &mut Vec<Reservation<K>>,
+        deferred: &mut Deliveries<K>,
     ) -> Vec<(ObjectKey, StorageError)> {
         let mut undecodable = Vec::new();
         let mut objects = items.into_iter().filter_map(|item| match item {
