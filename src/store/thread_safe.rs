@@ -322,6 +322,17 @@ fn report(e: &StorageError) {
     tracing::error!(error = %e, "cached object unreadable; left out of this read");
 }
 
+/// How [`Core::put_from`] makes an object's slot.
+enum Source<'a, Slot> {
+    /// A single write: stored through the storage's hot set.
+    Written,
+    /// One object of a list applied whole: stored cold ([`Storage::store_listed`]).
+    Listed,
+    /// This very object as a slot of the store being replaced holds it: the new slot shares its
+    /// stored form, which is not encoded again.
+    Kept(&'a Slot),
+}
+
 impl<K, S: Storage<K>> Core<K, S> {
     fn new(storage: S) -> Self {
         Self {
@@ -364,23 +375,21 @@ impl<K, S: Storage<K>> Core<K, S> {
         key: ObjectKey,
         obj: Arc<K>,
     ) -> Previous<K, S::Slot> {
-        self.put_from(inner, key, obj, None, false)
+        self.put_from(inner, key, obj, Source::Written)
     }
 
-    /// [`put`](Self::put); `kept` is a slot of the store being replaced that holds this very
-    /// object, whose stored form the new slot then shares.
+    /// [`put`](Self::put), with the new slot made as `source` says.
     fn put_from(
         &self,
         inner: &mut Inner<K, S::Slot>,
         key: ObjectKey,
         obj: Arc<K>,
-        kept: Option<&S::Slot>,
-        listed: bool,
+        source: Source<'_, S::Slot>,
     ) -> Previous<K, S::Slot> {
-        let store = |key: &ObjectKey| match kept {
-            Some(slot) => self.storage.restore(key, slot, &obj),
-            None if listed => self.storage.store_listed(key, &obj),
-            None => self.storage.store(key, &obj),
+        let store = |key: &ObjectKey| match source {
+            Source::Kept(slot) => self.storage.restore(key, slot, &obj),
+            Source::Listed => self.storage.store_listed(key, &obj),
+            Source::Written => self.storage.store(key, &obj),
         };
         let values = match inner.items.0.get(&key) {
             // The same `Arc` again (a resync re-storing the cached object) cannot have moved.
@@ -812,13 +821,14 @@ impl<K, S: Storage<K>> Core<K, S> {
             let current = self.inner.read();
             // An unchanged object keeps its stored form (a compact cache does not encode it
             // again).
-            let kept = current
+            let source = current
                 .items
                 .0
                 .get(&key)
                 .map(|item| &item.slot)
-                .filter(|slot| self.storage.holds(slot, &obj));
-            Core::put_from(self, &mut fresh, key.clone(), obj, kept, true);
+                .filter(|slot| self.storage.holds(slot, &obj))
+                .map_or(Source::Listed, Source::Kept);
+            Core::put_from(self, &mut fresh, key.clone(), obj, source);
             drop(current);
             // A compact store's slot keeps a `Weak` of what it stored, which pins the object's
             // allocation once it is dropped (as it was just now, unless someone holds it) until
