@@ -363,7 +363,9 @@ where
             inner: Arc::new(Inner {
                 lw,
                 indexer,
-                processor: Processor::new(),
+                processor: Processor::new(
+                    decoded_backlog.map_or(processor::WAKE_AT, |b| (b / 2).min(processor::WAKE_AT)),
+                ),
                 state: Mutex::new(State {
                     started: false,
                     resync_check_period: config.resync_period,
@@ -1096,10 +1098,10 @@ where
     }
 
     /// client-go `processDeltas`: apply each delta to the cache and notify. Runs under the FIFO
-    /// lock and never waits: unbounded listeners get their notifications at once, bounded ones
-    /// get reservations, handed back to be delivered once the lock is released.
+    /// lock and never waits: unbounded listeners have their notifications queued at once, bounded
+    /// ones get reservations; those and the wakes owed are handed back, for after the lock.
     fn apply_deltas(&self, deltas: Deltas<K>, is_in_initial_list: bool) -> Deliveries<K> {
-        let mut deferred = Deliveries::default();
+        let mut deferred = self.processor.deliveries();
         let _block = self.block_deltas.lock();
         for d in deltas {
             match d.kind {

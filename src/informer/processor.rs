@@ -236,8 +236,9 @@ impl<K> ListenerQueue<K> {
         let _ = rx.wait_for(|f| *f).await;
     }
 
-    /// Queues a notification, ignoring any bound: every notification of an unbounded listener,
-    /// and the replay of the cache to a late handler (done before its consumer may be running).
+    /// Queues a notification, ignoring any bound, and wakes the consumer: the replay of the
+    /// cache to a late handler (done before its consumer may be running). The informer's pops
+    /// queue an unbounded listener's notifications with [`push_unwoken`](Self::push_unwoken).
     pub(crate) fn push(&self, ev: Note<K>) {
         if self.push_unwoken(ev) {
             self.wake_consumer();
@@ -442,20 +443,27 @@ impl<K> ListenerQueue<K> {
 pub(crate) struct Deliveries<K> {
     reservations: Vec<Reservation<K>>,
     unwoken: Vec<Arc<ListenerQueue<K>>>,
-}
-
-impl<K> Default for Deliveries<K> {
-    fn default() -> Self {
-        Self {
-            reservations: Vec::new(),
-            unwoken: Vec::new(),
-        }
-    }
+    /// A listener with this many notifications pending is woken at once, not held.
+    wake_at: usize,
 }
 
 impl<K> Deliveries<K> {
+    fn new(wake_at: usize) -> Self {
+        Self {
+            reservations: Vec::new(),
+            unwoken: Vec::new(),
+            wake_at,
+        }
+    }
+
+    /// After a notification was queued for `queue`: its consumer is woken now if that many
+    /// are waiting for it, or later.
     fn wake_later(&mut self, queue: &Arc<ListenerQueue<K>>) {
-        owe(&mut self.unwoken, queue);
+        if queue.pending() >= self.wake_at {
+            queue.wake_consumer();
+        } else {
+            owe(&mut self.unwoken, queue);
+        }
     }
 }
 
@@ -481,6 +489,11 @@ fn wake_all<K>(owed: &mut Vec<Arc<ListenerQueue<K>>>) {
 
 /// Pops this many in a row at most before the handlers held back by [`HeldWakes`] are woken.
 const MAX_HELD_POPS: u32 = 64;
+/// A listener with this many notifications pending is woken at once, even within a pop (a
+/// relist, or an in-order batch, notifies thousands in one pop). With a compact cache, half its
+/// `decoded_backlog` if that is less, so that holding a wake never makes a handler that keeps up
+/// look behind (which would send it snapshots to decode).
+pub(crate) const WAKE_AT: usize = 32;
 /// And this long at most, so that slow pops (a compact cache's decode, an in-order batch of a
 /// thousand writes) do not hold the handlers back longer.
 const MAX_HELD_FOR: Duration = Duration::from_millis(2);
@@ -492,9 +505,10 @@ const MAX_HELD_FOR: Duration = Duration::from_millis(2);
 /// notification, park its thread, and have to be woken for the next one: a futex call and two
 /// context switches per object, a fifth of a Compact sync's CPU. Held, the wakes go out when the
 /// FIFO has nothing ready (the next pop would wait), before a bounded listener's delivery, which
-/// may wait, or after [`MAX_HELD_POPS`] pops or [`MAX_HELD_FOR`], whichever comes first. So a
-/// handler hears of a change at most that much later, and of the last change before the FIFO
-/// runs dry at once. Dropped, it wakes everyone it holds.
+/// may wait, at the end of the pop that reaches [`MAX_HELD_POPS`] pops or [`MAX_HELD_FOR`] since
+/// the first one held, or as soon as a listener has [`WAKE_AT`] notifications pending. So a
+/// handler hears of the last change before the FIFO runs dry at once, and of the others at most
+/// a few milliseconds (and the pop in progress) later. Dropped, it wakes everyone it holds.
 pub(crate) struct HeldWakes<K> {
     owed: Vec<Arc<ListenerQueue<K>>>,
     pops: u32,
@@ -844,16 +858,26 @@ pub(crate) struct Processor<K> {
     dispatcher: Mutex<Option<Dispatcher>>,
     /// Set by [`stop_all`](Self::stop_all): no listener or handler thread may start afterwards.
     stopped: AtomicBool,
+    /// See [`WAKE_AT`].
+    wake_at: usize,
 }
 
 impl<K> Processor<K> {
-    pub(crate) fn new() -> Self {
+    /// A processor whose listeners are woken at once with `wake_at` notifications pending
+    /// (see [`WAKE_AT`]).
+    pub(crate) fn new(wake_at: usize) -> Self {
         Self {
             listeners: RwLock::new(Vec::new()),
             next_id: AtomicU64::new(1),
             dispatcher: Mutex::new(None),
             stopped: AtomicBool::new(false),
+            wake_at: wake_at.max(1),
         }
+    }
+
+    /// Where a pop gathers the deliveries and wakes its notifications owe.
+    pub(crate) fn deliveries(&self) -> Deliveries<K> {
+        Deliveries::new(self.wake_at)
     }
 
     /// Starts `handler` as `listener`'s consumer: on a thread of its own, or as a task on the
@@ -923,7 +947,8 @@ impl<K> Processor<K> {
     }
 
     /// Sends a notification to every listener, or for a resync only to those due. Unbounded
-    /// listeners get it at once (a push never waits); for a bounded one it is reserved into
+    /// listeners have it queued at once (a push never waits), their consumers woken through
+    /// `deferred` (see [`HeldWakes`]); for a bounded one it is reserved into
     /// `deferred`, for the informer to deliver once the FIFO lock is released, so a full bounded
     /// buffer holds back the informer as a future, never a runtime thread with the lock held.
     /// The targets are fixed here, under the lock that orders deltas and late registrations.
@@ -1137,7 +1162,7 @@ mod tests {
 
     /// One pop's deliveries: `n` notifications for the unbounded listener `l`.
     fn pop(l: &Arc<Listener<ConfigMap>>, n: usize) -> Deliveries<ConfigMap> {
-        let mut d = Deliveries::default();
+        let mut d = Deliveries::new(usize::MAX);
         for _ in 0..n {
             Processor::deliver(l, add(), &mut d);
         }
@@ -1163,7 +1188,7 @@ mod tests {
         assert!(woken(&l.queue));
         assert!(held.owed.is_empty() && held.since.is_none());
         // A pop that notifies nobody starts no count.
-        held.hold(Deliveries::default());
+        held.hold(Deliveries::new(usize::MAX));
         assert!(held.since.is_none() && held.pops == 0);
     }
 
@@ -1215,9 +1240,34 @@ mod tests {
     fn a_closed_listener_is_owed_no_wake() {
         let l = Listener::<ConfigMap>::new(1, Duration::ZERO, Duration::ZERO, None);
         l.stop();
-        let mut d = pop(&l, 3);
+        let d = pop(&l, 3);
         assert!(d.unwoken.is_empty());
         assert_eq!(l.queue.pending(), 0);
-        d.reservations.clear();
+        assert!(d.reservations.is_empty());
+    }
+
+    #[test]
+    fn a_listener_with_enough_pending_is_woken_within_the_pop() {
+        let l = Listener::<ConfigMap>::new(1, Duration::ZERO, Duration::ZERO, None);
+        let mut d = Deliveries::new(3);
+        for _ in 0..2 {
+            Processor::deliver(&l, add(), &mut d);
+        }
+        assert!(!woken(&l.queue));
+        Processor::deliver(&l, add(), &mut d);
+        assert!(woken(&l.queue));
+        // Across pops too: the third notification held wakes it.
+        let l = Listener::<ConfigMap>::new(2, Duration::ZERO, Duration::ZERO, None);
+        let mut held = HeldWakes::with_limits(u32::MAX, Duration::from_secs(3600));
+        for _ in 0..2 {
+            let mut d = Deliveries::new(3);
+            Processor::deliver(&l, add(), &mut d);
+            held.hold(d);
+        }
+        assert!(!woken(&l.queue));
+        let mut d = Deliveries::new(3);
+        Processor::deliver(&l, add(), &mut d);
+        assert!(woken(&l.queue));
+        held.hold(d);
     }
 }

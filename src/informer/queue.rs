@@ -50,8 +50,8 @@ pub enum FifoMode {
 pub(crate) trait InformerQueue<K>: ReflectorStore<K, ListItem = ListItem<K>> {
     fn close(&self);
     /// Takes the next entry (or batch) and applies it to the informer: the cache is updated and
-    /// unbounded listeners notified; what bounded listeners are still owed is handed back, to be
-    /// delivered with no lock held.
+    /// unbounded listeners' notifications queued; the wakes their consumers are owed and what
+    /// bounded listeners are still owed are handed back, for the loop to send with no lock held.
     fn pop_apply<'a>(
         &'a self,
         inner: &'a Inner<K>,
@@ -174,7 +174,7 @@ where
         is_in_initial_list: bool,
         fifo: &InOrderFifo<K>,
     ) -> Deliveries<K> {
-        let mut deferred = Deliveries::default();
+        let mut deferred = self.processor.deliveries();
         // Listed objects that did not decode: reported once `block_deltas` is released, since
         // the report calls the user's error handler, which may register a handler.
         let mut undecodable = Vec::new();
