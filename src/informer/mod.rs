@@ -364,7 +364,9 @@ where
                 lw,
                 indexer,
                 processor: Processor::new(
-                    decoded_backlog.map_or(processor::WAKE_AT, |b| (b / 2).min(processor::WAKE_AT)),
+                    decoded_backlog.map_or(processor::WAKE_AT, |b: usize| {
+                        (b / 2).min(processor::WAKE_AT)
+                    }),
                 ),
                 state: Mutex::new(State {
                     started: false,
