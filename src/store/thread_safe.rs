@@ -3,13 +3,15 @@
 use std::{
     collections::{HashMap, HashSet, hash_map::Entry},
     fmt,
+    marker::PhantomData,
+    ops::{Deref, DerefMut},
     sync::Arc,
 };
 
 use kube::{Resource, core::Selector};
 
 use crate::reflector::decode::ItemBytes;
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use serde::{Serialize, de::DeserializeOwned};
 
 use super::{
@@ -64,7 +66,7 @@ impl<K, S: Storage<K>> Replaced<K> for Replacement<'_, K, S> {
 
     fn take_gone(&mut self) -> Vec<(ObjectKey, Snapshot<K>)> {
         let mut gone: Vec<ObjectKey> = {
-            let now = self.core.inner.read();
+            let now = self.core.read();
             self.previous
                 .0
                 .keys()
@@ -90,7 +92,6 @@ impl<K, S: Storage<K>> Replaced<K> for Replacement<'_, K, S> {
             .map(|item| self.core.storage.snapshot(key, &item.slot));
         let new = self
             .core
-            .inner
             .read()
             .items
             .0
@@ -226,7 +227,38 @@ trait Backend<K>: Send + Sync {
 /// A store over one kind of [`Storage`].
 struct Core<K, S: Storage<K>> {
     storage: S,
+    /// Taken only through [`Core::read`] and [`Core::write`].
     inner: RwLock<Inner<K, S::Slot>>,
+}
+
+/// A guard of [`Core::inner`] that, once it has released the lock, lets the storage free what it
+/// let go of under it ([`Storage::release`]): readers and writers never wait for those frees.
+/// Fields drop in declaration order: the guard first.
+struct Locked<'a, G, K, S: Storage<K>> {
+    guard: G,
+    _release: ReleaseOnDrop<'a, K, S>,
+}
+
+struct ReleaseOnDrop<'a, K, S: Storage<K>>(&'a S, PhantomData<fn() -> K>);
+
+impl<K, S: Storage<K>> Drop for ReleaseOnDrop<'_, K, S> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+impl<G: Deref, K, S: Storage<K>> Deref for Locked<'_, G, K, S> {
+    type Target = G::Target;
+
+    fn deref(&self) -> &G::Target {
+        &self.guard
+    }
+}
+
+impl<G: DerefMut, K, S: Storage<K>> DerefMut for Locked<'_, G, K, S> {
+    fn deref_mut(&mut self) -> &mut G::Target {
+        &mut self.guard
+    }
 }
 
 struct NamedIndex<K> {
@@ -343,6 +375,22 @@ impl<K, S: Storage<K>> Core<K, S> {
                 resource_version: String::new(),
                 rv_metric: None,
             }),
+        }
+    }
+
+    /// The store's read lock, with [`Storage::release`] once it is released.
+    fn read(&self) -> Locked<'_, RwLockReadGuard<'_, Inner<K, S::Slot>>, K, S> {
+        Locked {
+            guard: self.inner.read(),
+            _release: ReleaseOnDrop(&self.storage, PhantomData),
+        }
+    }
+
+    /// The store's write lock, with [`Storage::release`] once it is released.
+    fn write(&self) -> Locked<'_, RwLockWriteGuard<'_, Inner<K, S::Slot>>, K, S> {
+        Locked {
+            guard: self.inner.write(),
+            _release: ReleaseOnDrop(&self.storage, PhantomData),
         }
     }
 
@@ -466,11 +514,11 @@ where
     }
 
     fn len(&self) -> usize {
-        self.inner.read().items.0.len()
+        self.read().items.0.len()
     }
 
     fn get(&self, key: &str) -> Result<Option<Arc<K>>, StorageError> {
-        let inner = self.inner.read();
+        let inner = self.read();
         let Some((key, item)) = inner.items.0.get_key_value(key) else {
             return Ok(None);
         };
@@ -480,17 +528,17 @@ where
     }
 
     fn resource_version(&self, key: &str) -> Option<String> {
-        let inner = self.inner.read();
+        let inner = self.read();
         self.storage.resource_version(&inner.items.0.get(key)?.slot)
     }
 
     fn list(&self, selector: Option<&Selector>) -> Vec<Arc<K>> {
-        let inner = self.inner.read();
+        let inner = self.read();
         self.objects(&inner, inner.items.0.keys(), selector)
     }
 
     fn list_keys(&self) -> Vec<ObjectKey> {
-        self.inner.read().items.0.keys().cloned().collect()
+        self.read().items.0.keys().cloned().collect()
     }
 
     fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>) {
@@ -528,7 +576,7 @@ where
     }
 
     fn snapshots(&self) -> Vec<Snapshot<K>> {
-        let inner = self.inner.read();
+        let inner = self.read();
         inner
             .items
             .0
@@ -538,7 +586,7 @@ where
     }
 
     fn put(&self, key: ObjectKey, obj: Arc<K>, want_old: bool) -> Option<Arc<K>> {
-        let mut inner = self.inner.write();
+        let mut inner = self.write();
         let old = Core::put(self, &mut inner, key, obj);
         self.after_write(&mut inner);
         drop(inner);
@@ -547,7 +595,7 @@ where
     }
 
     fn take(&self, key: &ObjectKey, want_old: bool) -> Option<Arc<K>> {
-        let mut inner = self.inner.write();
+        let mut inner = self.write();
         let old = Core::take(self, &mut inner, key);
         self.after_write(&mut inner);
         drop(inner);
@@ -559,7 +607,7 @@ where
         ops: Vec<StoreOp<K>>,
         resource_version: Option<&str>,
     ) -> Vec<Option<Arc<K>>> {
-        let mut inner = self.inner.write();
+        let mut inner = self.write();
         let previous: Vec<_> = ops
             .into_iter()
             .map(|op| match op {
@@ -580,7 +628,7 @@ where
         ops: Vec<StoreOp<K>>,
         resource_version: Option<&str>,
     ) -> Vec<Written<K>> {
-        let mut inner = self.inner.write();
+        let mut inner = self.write();
         let written: Vec<_> = ops
             .into_iter()
             .map(|op| match op {
@@ -618,7 +666,7 @@ where
     }
 
     fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
-        let inner = self.inner.read();
+        let inner = self.read();
         let named = inner.index(name)?;
         let values = (named.func)(obj);
         if let [value] = values.as_slice() {
@@ -641,7 +689,7 @@ where
         value: &str,
         selector: Option<&Selector>,
     ) -> Result<Vec<Arc<K>>, IndexError> {
-        let inner = self.inner.read();
+        let inner = self.read();
         let named = inner.index(name)?;
         Ok(named
             .index
@@ -651,7 +699,7 @@ where
     }
 
     fn index_keys(&self, name: &str, value: &str) -> Result<Vec<ObjectKey>, IndexError> {
-        let inner = self.inner.read();
+        let inner = self.read();
         let named = inner.index(name)?;
         Ok(named
             .index
@@ -661,7 +709,7 @@ where
     }
 
     fn list_index_func_values(&self, name: &str) -> Vec<String> {
-        let inner = self.inner.read();
+        let inner = self.read();
         inner
             .index(name)
             .map(|named| named.index.values().cloned().collect())
@@ -669,16 +717,11 @@ where
     }
 
     fn indexers(&self) -> Vec<String> {
-        self.inner
-            .read()
-            .indices
-            .iter()
-            .map(|i| i.name.clone())
-            .collect()
+        self.read().indices.iter().map(|i| i.name.clone()).collect()
     }
 
     fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), IndexError> {
-        let mut inner = self.inner.write();
+        let mut inner = self.write();
         if let Some(name) = indexers
             .keys()
             .find(|n| inner.indices.iter().any(|i| &i.name == *n))
@@ -691,7 +734,7 @@ where
     }
 
     fn for_each(&self, f: &mut dyn FnMut(&ObjectKey, &Arc<K>)) {
-        let inner = self.inner.read();
+        let inner = self.read();
         for (key, item) in &inner.items.0 {
             if let Some(obj) = self.load(key, &item.slot) {
                 f(key, &obj);
@@ -701,17 +744,17 @@ where
     }
 
     fn last_resource_version(&self) -> String {
-        self.inner.read().resource_version.clone()
+        self.read().resource_version.clone()
     }
 
     fn bookmark(&self, resource_version: &str) {
         if !resource_version.is_empty() {
-            self.inner.write().set_resource_version(resource_version);
+            self.write().set_resource_version(resource_version);
         }
     }
 
     fn set_resource_version_metric(&self, metric: Arc<dyn crate::workqueue::SettableGaugeMetric>) {
-        self.inner.write().rv_metric = Some(metric);
+        self.write().rv_metric = Some(metric);
     }
 
     fn stats(&self) -> CacheStats {
@@ -792,7 +835,7 @@ impl<K, S: Storage<K>> Core<K, S> {
             let obj = match listed {
                 Listed::Object(obj) => obj,
                 Listed::Cached => {
-                    let current = self.inner.read();
+                    let current = self.read();
                     let Some(item) = current.items.0.get(&key) else {
                         // The FIFO's consumer is the store's only writer, so it cannot happen.
                         tracing::warn!(key = %key, "relist: the cached object it refers to is gone; left out");
@@ -818,7 +861,7 @@ impl<K, S: Storage<K>> Core<K, S> {
                 }
             };
             each(&key);
-            let current = self.inner.read();
+            let current = self.read();
             // An unchanged object keeps its stored form (a compact cache does not encode it
             // again).
             let source = current
@@ -843,7 +886,7 @@ impl<K, S: Storage<K>> Core<K, S> {
     /// After a swap: every slot settled again, since readers' sweeps of the old store may have
     /// taken keys the new one had queued.
     fn settle_all(&self) {
-        let inner = self.inner.read();
+        let inner = self.read();
         for (key, item) in &inner.items.0 {
             self.storage.settle(key, &item.slot);
         }
@@ -857,7 +900,7 @@ impl<K, S: Storage<K>> Core<K, S> {
         mut fresh: Inner<K, S::Slot>,
         resource_version: Option<&str>,
     ) -> Inner<K, S::Slot> {
-        let mut inner = self.inner.write();
+        let mut inner = self.write();
         // Indexers are only ever appended, so any added meanwhile are the ones past ours.
         let added: Vec<_> = inner
             .indices
@@ -880,8 +923,7 @@ impl<K, S: Storage<K>> Core<K, S> {
     }
 
     fn empty_indices(&self) -> Vec<NamedIndex<K>> {
-        self.inner
-            .read()
+        self.read()
             .indices
             .iter()
             .map(|i| NamedIndex {

@@ -398,7 +398,15 @@ pub(crate) struct Compact<K> {
     handoff: Mutex<Handoffs<K>>,
     /// Shared with the cache's [`Snapshot`]s, which count their decodes here too.
     counters: Arc<Counters>,
+    /// Objects pushed out of the hot ring under the store's lock, freed once it is released
+    /// ([`Storage::release`]); at most [`EVICTED_MAX`].
+    evicted: Mutex<Vec<Arc<K>>>,
 }
+
+/// At most this many objects pushed out of the hot ring wait for [`Storage::release`]; more are
+/// freed where they are pushed out. The store releases after each operation, so this bound is
+/// only reached by concurrent readers.
+const EVICTED_MAX: usize = 64;
 
 /// The counters behind [`CacheStats`].
 #[derive(Default)]
@@ -498,6 +506,7 @@ impl<K> Compact<K> {
             sweep: Mutex::new(VecDeque::new()),
             handoff: Mutex::new(std::collections::HashMap::new()),
             counters: Arc::default(),
+            evicted: Mutex::new(Vec::new()),
         }
     }
 
@@ -515,7 +524,14 @@ impl<K> Compact<K> {
             shared.ring_stamp = stamp;
             out
         };
-        drop(pushed_out);
+        let Some(out) = pushed_out else { return };
+        let mut evicted = self.evicted.lock();
+        if evicted.len() < EVICTED_MAX {
+            evicted.push(out);
+            return;
+        }
+        drop(evicted);
+        drop(out);
     }
 
     fn share(&self, key: &ObjectKey, shared: &mut Shared<K>, obj: &Arc<K>, hot: bool) {
@@ -1170,6 +1186,16 @@ where
             return Err(not_packed_here(key));
         };
         self.unpack_blob(key, blob, |_| ()).map(|(obj, ())| obj)
+    }
+
+    fn release(&self) {
+        // One at a time, so that a free never holds this lock either.
+        loop {
+            let Some(out) = self.evicted.lock().pop() else {
+                return;
+            };
+            drop(out);
+        }
     }
 
     fn maintain(&self, slots: &mut dyn SlotMap<CompactSlot<K>>) {

@@ -956,3 +956,33 @@ fn a_transaction_hands_back_snapshots_without_decoding() {
     assert_eq!(snap.load().unwrap().metadata.name.as_deref(), Some("c"));
     assert_eq!(store.stats().decodes, decodes + 1);
 }
+
+#[test]
+fn objects_pushed_out_of_the_hot_ring_are_freed_once_the_lock_is_released() {
+    use super::{Storage, compact::Compact};
+    // The storage, which runs under the store's lock, only sets the object aside...
+    let storage = Compact::<ConfigMap>::new(CompactConfig::default().hot_objects(1));
+    let (a, b) = (cm("ns", "a", 1, &[], &[]), cm("ns", "b", 1, &[], &[]));
+    let weak_a = Arc::downgrade(&a);
+    let _slot_a = storage.store(&crate::key_of(&*a).unwrap(), &a);
+    drop(a);
+    let _slot_b = storage.store(&crate::key_of(&*b).unwrap(), &b);
+    assert!(weak_a.upgrade().is_some(), "freed under the store's lock");
+    // ...for the store to free once the lock is released.
+    storage.release();
+    assert!(weak_a.upgrade().is_none());
+
+    // A store has freed it when a write returns...
+    let store = compact(CompactConfig::default().hot_objects(1));
+    let (a, b) = (cm("ns", "a", 1, &[], &[]), cm("ns", "b", 1, &[], &[]));
+    let (weak_a, weak_b) = (Arc::downgrade(&a), Arc::downgrade(&b));
+    store.add(a).unwrap();
+    store.add(b).unwrap();
+    assert!(weak_a.upgrade().is_none());
+    // ...and when a read returns: `a` decoded a second time enters the ring, pushing `b` out.
+    assert!(weak_b.upgrade().is_some());
+    store.get_by_key("ns/a").unwrap();
+    store.get_by_key("ns/a").unwrap();
+    assert_eq!(store.stats().decodes, 2);
+    assert!(weak_b.upgrade().is_none());
+}
