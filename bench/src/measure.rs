@@ -132,7 +132,8 @@ pub struct ClientArgs {
     /// reads it.
     pub shard: Option<kube_informer::sharding::ShardSelector>,
     /// The informer's cache (`--cache decoded|compact`, default `decoded`; with `compact`,
-    /// `--decoded-backlog n` sets `CompactConfig::decoded_backlog`, `max` for never); only
+    /// `--decoded-backlog n` sets `CompactConfig::decoded_backlog`, `max` for never, and
+    /// `--zstd-level n` sets `CompactConfig::level`); only
     /// `client-informer` reads it.
     pub cache: kube_informer::CacheStorage,
     /// How long each handler call sleeps, in µs (`--handler-sleep-us`, default 0): a slow
@@ -179,6 +180,9 @@ impl ClientArgs {
                             "max" => usize::MAX,
                             n => n.parse().expect("--decoded-backlog"),
                         });
+                    }
+                    if let Some(n) = a.get("zstd-level") {
+                        config = config.level(n.parse().expect("--zstd-level"));
                     }
                     kube_informer::CacheStorage::Compact(config)
                 }
