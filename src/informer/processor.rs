@@ -489,14 +489,14 @@ fn wake_all<K>(owed: &mut Vec<Arc<ListenerQueue<K>>>) {
 
 /// Pops this many in a row at most before the handlers held back by [`HeldWakes`] are woken.
 const MAX_HELD_POPS: u32 = 64;
+/// And this long at most, so that slow pops (a compact cache's decode, an in-order batch of a
+/// thousand writes) do not hold the handlers back longer.
+const MAX_HELD_FOR: Duration = Duration::from_millis(2);
 /// A listener with this many notifications pending is woken at once, even within a pop (a
 /// relist, or an in-order batch, notifies thousands in one pop). With a compact cache, half its
 /// `decoded_backlog` if that is less, so that holding a wake never makes a handler that keeps up
 /// look behind (which would send it snapshots to decode).
 pub(crate) const WAKE_AT: usize = 32;
-/// And this long at most, so that slow pops (a compact cache's decode, an in-order batch of a
-/// thousand writes) do not hold the handlers back longer.
-const MAX_HELD_FOR: Duration = Duration::from_millis(2);
 
 /// The informer loop's consumers to wake, gathered over consecutive pops.
 ///
