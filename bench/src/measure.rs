@@ -133,7 +133,8 @@ pub struct ClientArgs {
     pub shard: Option<kube_informer::sharding::ShardSelector>,
     /// The informer's cache (`--cache decoded|compact`, default `decoded`; with `compact`,
     /// `--decoded-backlog n` sets `CompactConfig::decoded_backlog`, `max` for never, and
-    /// `--zstd-level n` sets `CompactConfig::level`); only
+    /// `--zstd-level n` sets `CompactConfig::level`, `--hot-objects n`
+    /// `CompactConfig::hot_objects`); only
     /// `client-informer` reads it.
     pub cache: kube_informer::CacheStorage,
     /// How long each handler call sleeps, in µs (`--handler-sleep-us`, default 0): a slow
@@ -180,6 +181,9 @@ impl ClientArgs {
                             "max" => usize::MAX,
                             n => n.parse().expect("--decoded-backlog"),
                         });
+                    }
+                    if let Some(n) = a.get("hot-objects") {
+                        config = config.hot_objects(n.parse().expect("--hot-objects"));
                     }
                     if let Some(n) = a.get("zstd-level") {
                         config = config.level(n.parse().expect("--zstd-level"));
