@@ -239,11 +239,12 @@ struct Locked<'a, G, K, S: Storage<K>> {
     _release: ReleaseOnDrop<'a, K, S>,
 }
 
-struct ReleaseOnDrop<'a, K, S: Storage<K>>(&'a S, PhantomData<fn() -> K>);
+/// The storage, and whether the lock is the write lock.
+struct ReleaseOnDrop<'a, K, S: Storage<K>>(&'a S, bool, PhantomData<fn() -> K>);
 
 impl<K, S: Storage<K>> Drop for ReleaseOnDrop<'_, K, S> {
     fn drop(&mut self) {
-        self.0.release();
+        self.0.release(self.1);
     }
 }
 
@@ -382,7 +383,7 @@ impl<K, S: Storage<K>> Core<K, S> {
     fn read(&self) -> Locked<'_, RwLockReadGuard<'_, Inner<K, S::Slot>>, K, S> {
         Locked {
             guard: self.inner.read(),
-            _release: ReleaseOnDrop(&self.storage, PhantomData),
+            _release: ReleaseOnDrop(&self.storage, false, PhantomData),
         }
     }
 
@@ -390,7 +391,7 @@ impl<K, S: Storage<K>> Core<K, S> {
     fn write(&self) -> Locked<'_, RwLockWriteGuard<'_, Inner<K, S::Slot>>, K, S> {
         Locked {
             guard: self.inner.write(),
-            _release: ReleaseOnDrop(&self.storage, PhantomData),
+            _release: ReleaseOnDrop(&self.storage, true, PhantomData),
         }
     }
 

@@ -398,14 +398,16 @@ pub(crate) struct Compact<K> {
     handoff: Mutex<Handoffs<K>>,
     /// Shared with the cache's [`Snapshot`]s, which count their decodes here too.
     counters: Arc<Counters>,
-    /// Objects pushed out of the hot ring under the store's lock, freed once it is released
-    /// ([`Storage::release`]); at most [`EVICTED_MAX`].
-    evicted: Mutex<Vec<Arc<K>>>,
+    /// Objects pushed out of the hot ring, oldest first, freed once the store's lock is released
+    /// ([`Storage::release`]) and, but for the [`EVICTED_MAX`] over, once nobody else holds them.
+    evicted: Mutex<VecDeque<Arc<K>>>,
 }
 
-/// At most this many objects pushed out of the hot ring wait for [`Storage::release`]; more are
-/// freed where they are pushed out. The store releases after each operation, so this bound is
-/// only reached by concurrent readers.
+/// Objects pushed out of the hot ring that a handler (or a reader) still holds wait for it up to
+/// this many, so that the informer's writer, which decoded them, frees them rather than the
+/// thread that drops them last: glibc frees one thread's allocations on another under the
+/// allocating arena's lock, which the decoding thread then waits for (BENCHMARKS.md, "The hot
+/// ring's size"). Past this many they are let go, and their holder frees them.
 const EVICTED_MAX: usize = 64;
 
 /// The counters behind [`CacheStats`].
@@ -506,7 +508,7 @@ impl<K> Compact<K> {
             sweep: Mutex::new(VecDeque::new()),
             handoff: Mutex::new(std::collections::HashMap::new()),
             counters: Arc::default(),
-            evicted: Mutex::new(Vec::new()),
+            evicted: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -524,14 +526,9 @@ impl<K> Compact<K> {
             shared.ring_stamp = stamp;
             out
         };
-        let Some(out) = pushed_out else { return };
-        let mut evicted = self.evicted.lock();
-        if evicted.len() < EVICTED_MAX {
-            evicted.push(out);
-            return;
+        if let Some(out) = pushed_out {
+            self.evicted.lock().push_back(out);
         }
-        drop(evicted);
-        drop(out);
     }
 
     fn share(&self, key: &ObjectKey, shared: &mut Shared<K>, obj: &Arc<K>, hot: bool) {
@@ -1188,12 +1185,22 @@ where
         self.unpack_blob(key, blob, |_| ()).map(|(obj, ())| obj)
     }
 
-    fn release(&self) {
-        // One at a time, so that a free never holds this lock either.
+    fn release(&self, after_write: bool) {
+        // One at a time, so that a free never holds this lock either. Readers free only what
+        // is over the bound: the writer decoded these objects and frees them best.
         loop {
-            let Some(out) = self.evicted.lock().pop() else {
-                return;
+            let out = {
+                let mut evicted = self.evicted.lock();
+                let at = if evicted.len() > EVICTED_MAX {
+                    Some(0)
+                } else if after_write {
+                    evicted.iter().position(|obj| Arc::strong_count(obj) == 1)
+                } else {
+                    None
+                };
+                at.and_then(|at| evicted.remove(at))
             };
+            let Some(out) = out else { return };
             drop(out);
         }
     }

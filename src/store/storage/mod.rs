@@ -331,11 +331,11 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     /// dead objects still pin, a few slots at a time.
     fn tidy(&self, _slots: &dyn SlotMap<Self::Slot>) {}
 
-    /// Called each time the store's lock (read or write) has been released: frees what the
-    /// storage let go of under it (a compact cache's objects pushed out of its hot ring, each
-    /// a decoded object whose free can take tens of microseconds), so that neither readers nor
-    /// writers wait for those frees.
-    fn release(&self) {}
+    /// Called each time the store's lock has been released, `after_write` if it was the write
+    /// lock: frees what the storage let go of under it (a compact cache's objects pushed out of
+    /// its hot ring, each a decoded object whose free can take tens of microseconds), so that
+    /// neither readers nor writers wait for those frees.
+    fn release(&self, _after_write: bool) {}
 
     /// Whether [`pack`](Self::pack) packs: the FIFO then holds listed objects packed.
     fn packs(&self) -> bool {

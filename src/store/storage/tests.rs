@@ -968,8 +968,10 @@ fn objects_pushed_out_of_the_hot_ring_are_freed_once_the_lock_is_released() {
     drop(a);
     let _slot_b = storage.store(&crate::key_of(&*b).unwrap(), &b);
     assert!(weak_a.upgrade().is_some(), "freed under the store's lock");
-    // ...for the store to free once the lock is released.
-    storage.release();
+    // ...for the writer to free once the lock is released; a reader leaves it to the writer.
+    storage.release(false);
+    assert!(weak_a.upgrade().is_some(), "freed by a reader");
+    storage.release(true);
     assert!(weak_a.upgrade().is_none());
 
     // A store has freed it when a write returns...
@@ -979,10 +981,44 @@ fn objects_pushed_out_of_the_hot_ring_are_freed_once_the_lock_is_released() {
     store.add(a).unwrap();
     store.add(b).unwrap();
     assert!(weak_a.upgrade().is_none());
-    // ...and when a read returns: `a` decoded a second time enters the ring, pushing `b` out.
-    assert!(weak_b.upgrade().is_some());
+    // ...but not when a read returns: `a` decoded a second time enters the ring, pushing `b`
+    // out, which waits for the next write.
     store.get_by_key("ns/a").unwrap();
     store.get_by_key("ns/a").unwrap();
     assert_eq!(store.stats().decodes, 2);
+    assert!(weak_b.upgrade().is_some());
+    store.add(cm("ns", "c", 1, &[], &[])).unwrap();
     assert!(weak_b.upgrade().is_none());
+}
+
+#[test]
+fn an_object_pushed_out_while_held_is_freed_by_the_writer_once_let_go() {
+    let store = compact(CompactConfig::default().hot_objects(1));
+    let a = cm("ns", "a", 1, &[], &[]);
+    let weak_a = Arc::downgrade(&a);
+    store.add(Arc::clone(&a)).unwrap();
+    // Pushed out while a handler still holds it: it waits, so the handler's drop is not the
+    // last one...
+    store.add(cm("ns", "b", 1, &[], &[])).unwrap();
+    drop(a);
+    assert!(weak_a.upgrade().is_some(), "the holder freed it");
+    // ...and the next write frees it.
+    store.add(cm("ns", "c", 1, &[], &[])).unwrap();
+    assert!(weak_a.upgrade().is_none());
+
+    // At most EVICTED_MAX held ones wait; past that the oldest is let go to its holder.
+    let store = compact(CompactConfig::default().hot_objects(1));
+    let held: Vec<_> = (0..100)
+        .map(|i| {
+            let o = cm("ns", &format!("h{i}"), 1, &[], &[]);
+            store.add(Arc::clone(&o)).unwrap();
+            o
+        })
+        .collect();
+    let weaks: Vec<_> = held.iter().map(Arc::downgrade).collect();
+    drop(held);
+    // Those still set aside (the last 64 pushed out, and the one in the ring) outlive the
+    // holder's drop; the first 35 were let go to it.
+    let alive = weaks.iter().filter(|w| w.upgrade().is_some()).count();
+    assert_eq!(alive, 65);
 }
