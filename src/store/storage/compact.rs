@@ -40,7 +40,7 @@ use std::{
     collections::VecDeque,
     sync::{
         Arc, Weak,
-        atomic::{AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
     },
 };
 
@@ -401,6 +401,9 @@ pub(crate) struct Compact<K> {
     /// Objects pushed out of the hot ring, oldest first, freed once the store's lock is released
     /// ([`Storage::release`]) and, but for the [`EVICTED_MAX`] over, once nobody else holds them.
     evicted: Mutex<VecDeque<Arc<K>>>,
+    /// `evicted`'s length, so that a release with nothing to do takes no lock (every read
+    /// releases).
+    evicted_len: AtomicUsize,
 }
 
 /// Objects pushed out of the hot ring that a handler (or a reader) still holds wait for it up to
@@ -509,6 +512,7 @@ impl<K> Compact<K> {
             handoff: Mutex::new(std::collections::HashMap::new()),
             counters: Arc::default(),
             evicted: Mutex::new(VecDeque::new()),
+            evicted_len: AtomicUsize::new(0),
         }
     }
 
@@ -527,7 +531,9 @@ impl<K> Compact<K> {
             out
         };
         if let Some(out) = pushed_out {
-            self.evicted.lock().push_back(out);
+            let mut evicted = self.evicted.lock();
+            evicted.push_back(out);
+            self.evicted_len.store(evicted.len(), Relaxed);
         }
     }
 
@@ -1189,6 +1195,10 @@ where
         // One at a time, so that a free never holds this lock either. Readers free only what
         // is over the bound: the writer decoded these objects and frees them best.
         loop {
+            let len = self.evicted_len.load(Relaxed);
+            if len == 0 || (!after_write && len <= EVICTED_MAX) {
+                return;
+            }
             let out = {
                 let mut evicted = self.evicted.lock();
                 let at = if evicted.len() > EVICTED_MAX {
@@ -1198,7 +1208,9 @@ where
                 } else {
                     None
                 };
-                at.and_then(|at| evicted.remove(at))
+                let out = at.and_then(|at| evicted.remove(at));
+                self.evicted_len.store(evicted.len(), Relaxed);
+                out
             };
             let Some(out) = out else { return };
             drop(out);
