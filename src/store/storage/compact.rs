@@ -35,6 +35,11 @@
 //!   `Weak` still pins its allocation (`size_of::<K>()` bytes, 1–3 KB for wide k8s-openapi
 //!   types), so slots whose object is gone are swept a few at a time after each write and each
 //!   decoding read.
+//! - **Frees**: an object pushed out of the ring is freed after the store's lock is released
+//!   ([`Storage::release`]), never under it, and by the writer, which decoded it: one still
+//!   held (a handler behind the ring) waits until it is let go, up to 64 of them, since glibc's
+//!   frees of one thread's allocations on another contend with that thread for its arena
+//!   (BENCHMARKS.md "The hot ring's size").
 
 use std::{
     collections::VecDeque,
