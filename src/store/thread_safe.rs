@@ -233,7 +233,8 @@ struct Core<K, S: Storage<K>> {
 
 /// A guard of [`Core::inner`] that, once it has released the lock, lets the storage free what it
 /// let go of under it ([`Storage::release`]): readers and writers never wait for those frees.
-/// Fields drop in declaration order: the guard first.
+/// Fields drop in declaration order: the guard first (keep it first, and give `Locked` no
+/// `Drop` of its own).
 struct Locked<'a, G, K, S: Storage<K>> {
     guard: G,
     _release: ReleaseOnDrop<'a, K, S>,
@@ -974,6 +975,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
 
     fn over<S: Storage<K>>(storage: S) -> Self {
         let core = Core::new(storage);
+        // Nothing is stored yet, so there is nothing to release.
         core.inner.write().indices.push(NamedIndex {
             name: NAMESPACE_INDEX.to_owned(),
             func: namespace_index_fn(),

@@ -35,11 +35,13 @@
 //!   `Weak` still pins its allocation (`size_of::<K>()` bytes, 1–3 KB for wide k8s-openapi
 //!   types), so slots whose object is gone are swept a few at a time after each write and each
 //!   decoding read.
-//! - **Frees**: an object pushed out of the ring is freed after the store's lock is released
-//!   ([`Storage::release`]), never under it, and by the writer, which decoded it: one still
-//!   held (a handler behind the ring) waits until it is let go, up to 64 of them, since glibc's
-//!   frees of one thread's allocations on another contend with that thread for its arena
-//!   (BENCHMARKS.md "The hot ring's size").
+//! - **Frees**: an object pushed out of the ring is set aside and freed after the store's lock
+//!   is released ([`Storage::release`]), never under it: by the next write once nobody else
+//!   holds it (a handler behind the ring), so that the informer's writer, which decoded most of
+//!   them, frees them, since glibc's frees of one thread's allocations on another contend with
+//!   that thread for its arena (BENCHMARKS.md "The hot ring's size"). At most 64 wait after
+//!   each release; past that the oldest is let go by whichever thread releases, and its last
+//!   holder frees it. Until freed, a set-aside object is still shared through its slot's `Weak`.
 
 use std::{
     collections::VecDeque,
@@ -404,18 +406,20 @@ pub(crate) struct Compact<K> {
     /// Shared with the cache's [`Snapshot`]s, which count their decodes here too.
     counters: Arc<Counters>,
     /// Objects pushed out of the hot ring, oldest first, freed once the store's lock is released
-    /// ([`Storage::release`]) and, but for the [`EVICTED_MAX`] over, once nobody else holds them.
+    /// ([`Storage::release`]): after a write, once nobody else holds them; on any release, the
+    /// oldest over [`EVICTED_MAX`].
     evicted: Mutex<VecDeque<Arc<K>>>,
     /// `evicted`'s length, so that a release with nothing to do takes no lock (every read
     /// releases).
     evicted_len: AtomicUsize,
 }
 
-/// Objects pushed out of the hot ring that a handler (or a reader) still holds wait for it up to
-/// this many, so that the informer's writer, which decoded them, frees them rather than the
-/// thread that drops them last: glibc frees one thread's allocations on another under the
-/// allocating arena's lock, which the decoding thread then waits for (BENCHMARKS.md, "The hot
-/// ring's size"). Past this many they are let go, and their holder frees them.
+/// How many objects pushed out of the hot ring wait after each release, held or not. A held one
+/// (by a handler behind the ring, or a reader) waits to be let go, so that the informer's writer,
+/// which decoded it, frees it rather than the thread that drops it last: glibc frees one
+/// thread's allocations on another under the allocating arena's lock, which the decoding thread
+/// then waits for (BENCHMARKS.md, "The hot ring's size"). Past this many, the next release drops
+/// the oldest, and its last holder frees it.
 const EVICTED_MAX: usize = 64;
 
 /// The counters behind [`CacheStats`].

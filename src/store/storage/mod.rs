@@ -332,9 +332,10 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     fn tidy(&self, _slots: &dyn SlotMap<Self::Slot>) {}
 
     /// Called each time the store's lock has been released, `after_write` if it was the write
-    /// lock: frees what the storage let go of under it (a compact cache's objects pushed out of
-    /// its hot ring, each a decoded object whose free can take tens of microseconds), so that
-    /// neither readers nor writers wait for those frees.
+    /// lock: frees what the storage set aside under this lock or earlier ones, maybe on other
+    /// threads (a compact cache's objects pushed out of its hot ring, each a decoded object whose
+    /// free can take tens of microseconds), so that neither readers nor writers wait for those
+    /// frees under the lock. The caller may still hold locks of its own.
     fn release(&self, _after_write: bool) {}
 
     /// Whether [`pack`](Self::pack) packs: the FIFO then holds listed objects packed.

@@ -1022,3 +1022,28 @@ fn an_object_pushed_out_while_held_is_freed_by_the_writer_once_let_go() {
     let alive = weaks.iter().filter(|w| w.upgrade().is_some()).count();
     assert_eq!(alive, 65);
 }
+
+#[test]
+fn readers_free_only_what_is_over_the_bound() {
+    use super::{Storage, compact::Compact};
+    let storage = Compact::<ConfigMap>::new(CompactConfig::default().hot_objects(1));
+    let weaks: Vec<_> = (0..70)
+        .map(|i| {
+            let o = cm("ns", &format!("o{i}"), 1, &[], &[]);
+            let _slot = storage.store(&crate::key_of(&*o).unwrap(), &o);
+            Arc::downgrade(&o)
+        })
+        .collect();
+    let alive = || weaks.iter().filter(|w| w.upgrade().is_some()).count();
+    // Nobody holds them: 69 set aside and one in the ring.
+    assert_eq!(alive(), 70);
+    // A reader drops the five oldest, over the bound, and nothing more the second time.
+    storage.release(false);
+    assert_eq!(alive(), 65);
+    assert!(weaks[..5].iter().all(|w| w.upgrade().is_none()));
+    storage.release(false);
+    assert_eq!(alive(), 65);
+    // The writer frees all it can: only the ring's is left.
+    storage.release(true);
+    assert_eq!(alive(), 1);
+}
