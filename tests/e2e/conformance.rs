@@ -223,6 +223,8 @@ struct Trace {
     child: Child,
     stdin: ChildStdin,
     lines: Arc<Mutex<Vec<Value>>>,
+    /// The task copying stdout into `lines`; done once the program's stdout is closed.
+    reader: Option<tokio::task::JoinHandle<()>>,
     stderr: PathBuf,
 }
 
@@ -248,7 +250,7 @@ impl Trace {
         let stdout = child.stdout.take().expect("piped stdout");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut reader = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = reader.next_line().await {
                 let value =
@@ -261,6 +263,7 @@ impl Trace {
             child,
             stdin,
             lines,
+            reader: Some(reader),
             stderr,
         }
     }
@@ -309,6 +312,14 @@ impl Trace {
                 return line.clone();
             }
             if let Ok(Some(status)) = self.child.try_wait() {
+                // The program may print its answer and exit before the reader task has
+                // copied that last line: read stdout to its end before calling it missing.
+                if let Some(reader) = self.reader.take() {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), reader).await;
+                }
+                if let Some(line) = self.lines_with(field).get(before) {
+                    return line.clone();
+                }
                 panic!("{}: exited ({status}): {}", self.name, self.stderr_tail());
             }
             assert!(
