@@ -115,8 +115,16 @@ async fn a_cold_sync_keeps_the_bytes_the_server_sent_in_both_encodings() {
             stats.packed_from_wire, N as u64,
             "{mode:?} protobuf {protobuf}: {stats:?}"
         );
+        // An in-order relist stores protobuf items as they are, never decoded (no index but the
+        // namespace one needs them, and no handler reads them); DeltaFIFO pops each decoded,
+        // as do JSON items, which may not fit the type.
+        let unpacked = if mode == FifoMode::InOrder && protobuf {
+            0
+        } else {
+            N as u64
+        };
         assert_eq!(
-            stats.unpacks, N as u64,
+            stats.unpacks, unpacked,
             "{mode:?} protobuf {protobuf}: {stats:?}"
         );
         assert_eq!(

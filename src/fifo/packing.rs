@@ -103,7 +103,7 @@ pub(super) fn from_bytes<K: Resource + Send + Sync + 'static>(
     if cached_at(cache, &key, meta.resource_version.as_deref()) {
         return Ok(FromBytes::Packed(Packed::cached(key)));
     }
-    if let Some(packed) = cache.pack_bytes(&key, bytes) {
+    if let Some(packed) = cache.pack_bytes(&key, bytes, meta) {
         return Ok(FromBytes::Packed(packed));
     }
     match cache.decode_bytes(&key, bytes) {

@@ -16,7 +16,7 @@ use crate::{
         ListItem, Popped,
     },
     reflector::ReflectorStore,
-    store::{Listed, ObjectKey, StorageError, StoreOp, key_of},
+    store::{Listed, ObjectKey, Packed, StorageError, StoreOp, key_of},
 };
 
 /// Which FIFO an informer runs between its reflector and its cache, and so which client-go
@@ -41,8 +41,10 @@ pub enum FifoMode {
     /// cache, listed and watched objects wait here compressed, as in the DeltaFIFO; a relist is
     /// applied one object at a time as the new cache is built, and its notifications (and a
     /// resync's) carry the cache's compressed objects, decoded as each handler is called. So a
-    /// list is never held decoded at once, at the cost of decoding each listed object twice:
-    /// once for the cache's indices, once for the handlers.
+    /// list is never held decoded at once. A listed object is decoded once, by the handlers,
+    /// when it came in protobuf (or through a transform) and the cache has no index but the
+    /// namespace one; else twice: once for the cache (its indices, or to check that JSON as the
+    /// server sent it fits the type), once for the handlers.
     InOrder,
 }
 
@@ -324,11 +326,13 @@ where
     /// what the handlers are told; then a tombstone for every cached key the list lacks; then
     /// updates and adds in list order.
     ///
-    /// Streamed for a compact cache (issue #12 part 4): each listed object is decoded as the new
-    /// cache is built (for its index values) and dropped once stored, and the notifications
-    /// carry snapshots, decoded as each handler is called; so neither this nor the listeners'
-    /// buffers hold the list decoded. A listed object that does not decode is left out, and so
-    /// tombstoned if it was cached.
+    /// Streamed for a compact cache (issue #12 part 4): a listed object is stored as the FIFO
+    /// held it packed when it is known to decode and no index needs it decoded, else decoded as
+    /// the new cache is built (for its index values, or to find out that it does not fit the
+    /// type) and dropped once stored; the notifications carry snapshots, decoded as each
+    /// handler is called. So neither this nor the listeners' buffers hold the list decoded, and
+    /// with the namespace index alone a protobuf list is decoded once, by the handlers. A
+    /// listed object that does not decode is left out, and so tombstoned if it was cached.
     fn apply_replaced_all(
         &self,
         items: Vec<ListItem<K>>,
@@ -342,6 +346,13 @@ where
             // An unchanged object: kept as the cache holds it, not decoded.
             ListItem::Packed(packed) if packed.is_cached() => {
                 Some((packed.key().clone(), Listed::Cached))
+            }
+            // Kept as packed; decoded here only if an index other than the namespace one
+            // needs it. The handlers' snapshots decode it as each is called, so when none is
+            // needed each listed object is decoded once, not twice.
+            ListItem::Packed(packed) => {
+                let Packed { key, body } = packed;
+                Some((key, Listed::Packed(body)))
             }
             item => {
                 let obj = fifo
@@ -357,6 +368,7 @@ where
             .indexer
             .replace_streaming(&mut objects, resource_version);
         drop(objects);
+        undecodable.extend(replaced.take_undecodable());
         // What the list lacks went. Sorted, so the order is reproducible (client-go's follows
         // Go's map order).
         for (key, obj) in replaced.take_gone() {

@@ -10,7 +10,7 @@ use std::{
 
 use kube::{Resource, core::Selector};
 
-use crate::reflector::decode::ItemBytes;
+use crate::reflector::decode::{ItemBytes, ListedMeta};
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -31,6 +31,9 @@ pub(crate) enum Listed<K> {
     /// The object the store holds under the key (a relist of an unchanged object): kept as it
     /// is stored, with its index values, never decoded. Left out if the store holds none.
     Cached,
+    /// The object as the FIFO held it packed: stored as it is, decoded only if an index needs
+    /// it (see [`Indexer::replace_streaming`]).
+    Packed(PackedBody),
 }
 
 /// What [`Indexer::replace_streaming`] did, for the handlers' notifications: the keys stored,
@@ -46,6 +49,8 @@ pub(crate) trait Replaced<K> {
     fn take_keys(&mut self) -> Vec<ObjectKey>;
     /// The previous objects whose keys the list lacks, taken out, sorted by key.
     fn take_gone(&mut self) -> Vec<(ObjectKey, Snapshot<K>)>;
+    /// The listed objects left out because they did not decode when an index needed them.
+    fn take_undecodable(&mut self) -> Vec<(ObjectKey, StorageError)>;
     /// `(old, new)`: a snapshot of what the store held under `key` before (taken out of the
     /// previous contents, so handed out once) and of what it holds now.
     fn take(&mut self, key: &ObjectKey) -> (Option<Snapshot<K>>, Option<Snapshot<K>>);
@@ -57,11 +62,16 @@ struct Replacement<'a, K, S: Storage<K>> {
     core: &'a Core<K, S>,
     keys: Vec<ObjectKey>,
     previous: Items<S::Slot>,
+    undecodable: Vec<(ObjectKey, StorageError)>,
 }
 
 impl<K, S: Storage<K>> Replaced<K> for Replacement<'_, K, S> {
     fn take_keys(&mut self) -> Vec<ObjectKey> {
         std::mem::take(&mut self.keys)
+    }
+
+    fn take_undecodable(&mut self) -> Vec<(ObjectKey, StorageError)> {
+        std::mem::take(&mut self.undecodable)
     }
 
     fn take_gone(&mut self) -> Vec<(ObjectKey, Snapshot<K>)> {
@@ -218,7 +228,12 @@ trait Backend<K>: Send + Sync {
     fn stats(&self) -> CacheStats;
     fn packs(&self) -> bool;
     fn pack(&self, key: &ObjectKey, obj: &K) -> Option<Packed>;
-    fn pack_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Option<Packed>;
+    fn pack_bytes(
+        &self,
+        key: &ObjectKey,
+        bytes: ItemBytes<'_>,
+        meta: &ListedMeta,
+    ) -> Option<Packed>;
     fn decode_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Result<Arc<K>, StorageError>;
     fn unpack(&self, packed: Packed) -> Result<Arc<K>, StorageError>;
     fn peek(&self, packed: &Packed) -> Result<Arc<K>, StorageError>;
@@ -266,7 +281,16 @@ impl<G: DerefMut, K, S: Storage<K>> DerefMut for Locked<'_, G, K, S> {
 struct NamedIndex<K> {
     name: String,
     func: IndexFn<K>,
+    /// The built-in [`NAMESPACE_INDEX`], whose value is the key's namespace: computed from the
+    /// key when the object is not at hand (a packed object of a relist).
+    from_key: bool,
     index: Index,
+}
+
+/// The [`NAMESPACE_INDEX`] values of the object under `key` (client-go's
+/// `MetaNamespaceIndexFunc`: cluster-scoped objects under `""`).
+fn namespace_values(key: &ObjectKey) -> Values {
+    values_of(vec![key.namespace().unwrap_or_default().to_owned()])
 }
 
 /// What a write replaced or removed, kept until the write lock is released.
@@ -545,7 +569,7 @@ where
 
     fn replace(&self, objs: Vec<(ObjectKey, Arc<K>)>, resource_version: Option<&str>) {
         let mut objs = objs.into_iter().map(|(k, o)| (k, Listed::Object(o)));
-        let fresh = self.fresh(&mut objs, |_| {});
+        let fresh = self.fresh(&mut objs, |_| {}, &mut Vec::new());
         let old = self.swap(fresh, resource_version);
         self.settle_all();
         // Freeing the old objects can take a while; readers need not wait for it.
@@ -559,12 +583,17 @@ where
     ) -> Box<dyn Replaced<K> + 'a> {
         let mut keys = Vec::new();
         let mut seen = HashSet::new();
+        let mut undecodable = Vec::new();
         // A key listed twice (a server's fault) is told of once, where it first came.
-        let fresh = self.fresh(objs, |key| {
-            if seen.insert(key.clone()) {
-                keys.push(key.clone());
-            }
-        });
+        let fresh = self.fresh(
+            objs,
+            |key| {
+                if seen.insert(key.clone()) {
+                    keys.push(key.clone());
+                }
+            },
+            &mut undecodable,
+        );
         drop(seen);
         let Inner {
             items: previous, ..
@@ -574,6 +603,7 @@ where
             core: self,
             keys,
             previous,
+            undecodable,
         })
     }
 
@@ -779,8 +809,13 @@ where
         self.storage.decode_bytes(key, bytes)
     }
 
-    fn pack_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Option<Packed> {
-        let body = self.storage.pack_bytes(key, bytes)?;
+    fn pack_bytes(
+        &self,
+        key: &ObjectKey,
+        bytes: ItemBytes<'_>,
+        meta: &ListedMeta,
+    ) -> Option<Packed> {
+        let body = self.storage.pack_bytes(key, bytes, meta)?;
         Some(Packed {
             key: key.clone(),
             body,
@@ -821,6 +856,7 @@ impl<K, S: Storage<K>> Core<K, S> {
         &self,
         objs: &mut dyn Iterator<Item = (ObjectKey, Listed<K>)>,
         mut each: impl FnMut(&ObjectKey),
+        undecodable: &mut Vec<(ObjectKey, StorageError)>,
     ) -> Inner<K, S::Slot> {
         let mut fresh = Inner {
             items: Items(HashMap::with_capacity({
@@ -853,14 +889,29 @@ impl<K, S: Storage<K>> Core<K, S> {
                         .cloned()
                         .collect();
                     drop(current);
-                    // A key listed twice: the later one wins, as for `put`.
-                    drop(Core::take(self, &mut fresh, &key));
-                    for (idx, values) in fresh.indices.iter_mut().zip(&values) {
-                        idx.index.add(&key, values);
-                    }
-                    fresh.items.0.insert(key, Item { slot, values });
+                    self.insert_fresh(&mut fresh, key, slot, values);
                     continue;
                 }
+                Listed::Packed(body) => match self.storage.store_packed(&key, body) {
+                    Ok(slot) => {
+                        match self.values_of_packed(&fresh, &key, &slot) {
+                            Ok(values) => {
+                                each(&key);
+                                self.insert_fresh(&mut fresh, key, slot, values);
+                            }
+                            Err(e) => undecodable.push((key, e)),
+                        }
+                        continue;
+                    }
+                    // A storage that cannot hold it as it is: decoded and stored as any object.
+                    Err(body) => match self.storage.unpack(&key, body) {
+                        Ok(obj) => obj,
+                        Err(e) => {
+                            undecodable.push((key, e));
+                            continue;
+                        }
+                    },
+                },
             };
             each(&key);
             let current = self.read();
@@ -883,6 +934,51 @@ impl<K, S: Storage<K>> Core<K, S> {
             }
         }
         fresh
+    }
+
+    /// Stores `slot` under `key` in a store being built, indexed under `values`.
+    fn insert_fresh(
+        &self,
+        fresh: &mut Inner<K, S::Slot>,
+        key: ObjectKey,
+        slot: S::Slot,
+        values: Box<[Values]>,
+    ) {
+        // A key listed twice: the later one wins, as for `put`.
+        drop(Core::take(self, fresh, &key));
+        for (idx, values) in fresh.indices.iter_mut().zip(&values) {
+            idx.index.add(&key, values);
+        }
+        fresh.items.0.insert(key, Item { slot, values });
+    }
+
+    /// The index values of a packed object stored under `key` in a store being built: the
+    /// namespace index's from the key; the others' from the object, decoded once (and dropped)
+    /// only if there are any.
+    ///
+    /// # Errors
+    ///
+    /// The object does not decode and an index needs it.
+    fn values_of_packed(
+        &self,
+        fresh: &Inner<K, S::Slot>,
+        key: &ObjectKey,
+        slot: &S::Slot,
+    ) -> Result<Box<[Values]>, StorageError> {
+        let mut obj = None;
+        let mut values = Vec::with_capacity(fresh.indices.len());
+        for idx in &fresh.indices {
+            if idx.from_key {
+                values.push(namespace_values(key));
+                continue;
+            }
+            let obj = match &obj {
+                Some(obj) => obj,
+                None => obj.insert(self.storage.load_detached(key, slot)?),
+            };
+            values.push(values_of(index_values(&idx.name, &idx.func, key, obj)));
+        }
+        Ok(values.into_boxed_slice())
     }
 
     /// After a swap: every slot settled again, since readers' sweeps of the old store may have
@@ -931,6 +1027,7 @@ impl<K, S: Storage<K>> Core<K, S> {
             .map(|i| NamedIndex {
                 name: i.name.clone(),
                 func: Arc::clone(&i.func),
+                from_key: i.from_key,
                 index: Index::default(),
             })
             .collect()
@@ -946,6 +1043,7 @@ impl<K, S: Storage<K>> Core<K, S> {
             .map(|(name, func)| NamedIndex {
                 name,
                 func,
+                from_key: false,
                 index: Index::default(),
             })
             .collect();
@@ -979,6 +1077,7 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         core.inner.write().indices.push(NamedIndex {
             name: NAMESPACE_INDEX.to_owned(),
             func: namespace_index_fn(),
+            from_key: true,
             index: Index::default(),
         });
         Self {
@@ -1130,10 +1229,15 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
         self.core.pack(key, obj)
     }
 
-    /// A listed object packed from its bytes as the server sent them, never decoded here;
-    /// `None` as [`pack`](Self::pack).
-    pub(crate) fn pack_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Option<Packed> {
-        self.core.pack_bytes(key, bytes)
+    /// A listed object packed from its bytes as the server sent them, with `meta` read from
+    /// them, never decoded here; `None` as [`pack`](Self::pack).
+    pub(crate) fn pack_bytes(
+        &self,
+        key: &ObjectKey,
+        bytes: ItemBytes<'_>,
+        meta: &ListedMeta,
+    ) -> Option<Packed> {
+        self.core.pack_bytes(key, bytes, meta)
     }
 
     /// A listed object's bytes decoded (for bytes [`pack_bytes`](Self::pack_bytes) could not

@@ -2,6 +2,8 @@
 //! its own (the compact cache): it can hold those bytes instead of a decoded object, and never
 //! encode the object again (issue #12 part 4).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, de::DeserializeOwned};
 
 use super::{Cause, DecodeError};
@@ -90,8 +92,8 @@ impl ItemEncoding {
     }
 }
 
-/// What a store needs of a listed object it keeps undecoded: its key and resourceVersion, read
-/// by a decode that skips everything else.
+/// What a store needs of a listed object it keeps undecoded: its key, resourceVersion and
+/// labels, read by a decode that skips everything else.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListedMeta {
@@ -101,6 +103,8 @@ pub struct ListedMeta {
     pub name: Option<String>,
     /// `metadata.resourceVersion`.
     pub resource_version: Option<String>,
+    /// `metadata.labels`, for label selectors on the stored object (`None` when it has none).
+    pub labels: Option<BTreeMap<String, String>>,
 }
 
 impl<'de> Deserialize<'de> for ListedMetaOf {
@@ -111,6 +115,7 @@ impl<'de> Deserialize<'de> for ListedMetaOf {
             name: Option<String>,
             #[serde(rename = "resourceVersion")]
             resource_version: Option<String>,
+            labels: Option<BTreeMap<String, String>>,
         }
         #[derive(Deserialize)]
         struct Object {
@@ -122,6 +127,7 @@ impl<'de> Deserialize<'de> for ListedMetaOf {
                 namespace: m.namespace,
                 name: m.name,
                 resource_version: m.resource_version,
+                labels: m.labels,
             }
         })))
     }
@@ -143,6 +149,18 @@ impl ListedMeta {
     /// The object's resourceVersion, empty when it has none.
     pub fn resource_version(&self) -> &str {
         self.resource_version.as_deref().unwrap_or_default()
+    }
+
+    /// What the list decoders read of `obj`'s bytes, taken from the object.
+    #[cfg(test)]
+    pub(crate) fn of<K: kube::Resource>(obj: &K) -> Self {
+        let meta = obj.meta();
+        Self {
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+            resource_version: meta.resource_version.clone(),
+            labels: meta.labels.clone(),
+        }
     }
 }
 

@@ -280,6 +280,7 @@ mod tests {
                         namespace: Some("ns".into()),
                         name: Some("a".into()),
                         resource_version: Some("7".into()),
+                        labels: Some([("app".into(), "x".into())].into()),
                     }
                 );
                 let obj: ConfigMap = changed.bytes().decode().unwrap();

@@ -23,7 +23,14 @@
 //!   from the bytes the server sent when nothing changes the object on its way, holds the
 //!   blob while it is queued, and decodes it as it is popped; the slot then takes that very blob
 //!   (a hand-off keyed by the popped `Arc`), so a sync encodes and compresses each object once
-//!   and never holds the whole list decoded. Objects of watch events take the same path.
+//!   and never holds the whole list decoded. Objects of watch events take the same path. An
+//!   in-order relist does not decode what it stores, when it can: a blob the cache encoded
+//!   from a decoded object, or a protobuf item (which the server encoded from its typed
+//!   objects), is stored as packed ([`Storage::store_packed`]), with the resourceVersion and
+//!   labels read beside it and the namespace index's value from the key; it is decoded only if
+//!   another index needs the object. Its handlers' snapshots then decode each object once. JSON
+//!   as the server sent it may not fit the type (a custom resource, a field whose type changed),
+//!   so it is decoded first, and left out and reported if it does not decode.
 //! - **Snapshots**: an in-order relist, a resync and a late handler's replay notify handlers
 //!   with [`Snapshot`]s: the slot's blob (shared through an `Arc`, not copied) decoded when the
 //!   handler is called, so listener buffers never hold a list decoded. A relist that lists an
@@ -57,7 +64,7 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::{CacheStats, SlotMap, Snapshot, Storage, StorageError, StoredObject, selector_matches};
 use crate::{
-    reflector::decode::{ItemBytes, ItemEncoding},
+    reflector::decode::{ItemBytes, ItemEncoding, ListedMeta},
     store::ObjectKey,
 };
 
@@ -315,12 +322,24 @@ struct Shared<K> {
     decoded_at: u64,
 }
 
+impl<K> Shared<K> {
+    /// Of an object nobody holds, never decoded here.
+    fn none() -> Self {
+        Self {
+            weak: Weak::new(),
+            ring_stamp: u64::MAX,
+            queued: false,
+            decoded_at: u64::MAX,
+        }
+    }
+}
+
 /// One stored object.
 pub(crate) struct CompactSlot<K> {
     body: Body<K>,
     /// `resourceVersion`, then each label's key and value, NUL-separated (label keys and values
     /// cannot hold a NUL): one allocation for what reads need without decoding.
-    meta: Box<str>,
+    meta: SlotMeta,
     shared: Mutex<Shared<K>>,
 }
 
@@ -338,10 +357,26 @@ impl<K> CompactSlot<K> {
     }
 }
 
-fn meta_of<K: Resource>(obj: &K) -> Box<str> {
+/// What a slot keeps beside its bytes: the `resourceVersion`, then each label's key and value,
+/// NUL-separated (see [`CompactSlot`]).
+pub(crate) type SlotMeta = Box<str>;
+
+fn meta_of<K: Resource>(obj: &K) -> SlotMeta {
     let meta = obj.meta();
-    let mut out = meta.resource_version.clone().unwrap_or_default();
-    for (k, v) in meta.labels.iter().flatten() {
+    slot_meta(meta.resource_version.as_deref(), meta.labels.as_ref())
+}
+
+/// [`meta_of`] an object the server sent, read from its bytes without decoding it.
+fn listed_meta_of(meta: &ListedMeta) -> SlotMeta {
+    slot_meta(meta.resource_version.as_deref(), meta.labels.as_ref())
+}
+
+fn slot_meta(
+    resource_version: Option<&str>,
+    labels: Option<&std::collections::BTreeMap<String, String>>,
+) -> SlotMeta {
+    let mut out = resource_version.unwrap_or_default().to_owned();
+    for (k, v) in labels.into_iter().flatten() {
         for part in [k, v] {
             out.push('\0');
             out.push_str(part);
@@ -709,21 +744,27 @@ impl<K> Compact<K> {
             taken?
         };
         self.counters.kept_packed.fetch_add(1, Relaxed);
+        Some(self.kept(key, blob))
+    }
+
+    /// A packed `blob` the store is about to keep under `key`: re-compressed with the first
+    /// dictionary if it was compressed before that came, or queued to be once it comes.
+    fn kept(&self, key: &ObjectKey, blob: Blob) -> Blob {
         if blob.codec.generation != 0 {
-            return Some(blob);
+            return blob;
         }
         let mut t = self.trainer.lock();
         self.install_trained(&mut t);
         match t.current.clone() {
             Some(current) if current.generation > 0 => {
                 drop(t);
-                Some(recode(key, &blob, &current).unwrap_or(blob))
+                recode(key, &blob, &current).unwrap_or(blob)
             }
             _ => {
                 if t.collecting || t.training.is_some() {
                     t.plain_keys.push(key.clone());
                 }
-                Some(blob)
+                blob
             }
         }
     }
@@ -880,12 +921,7 @@ where
         let slot = CompactSlot {
             body,
             meta,
-            shared: Mutex::new(Shared {
-                weak: Weak::new(),
-                ring_stamp: u64::MAX,
-                queued: false,
-                decoded_at: u64::MAX,
-            }),
+            shared: Mutex::new(Shared::none()),
         };
         self.share(key, &mut slot.shared.lock(), obj, hot);
         self.count_in(&slot);
@@ -1027,12 +1063,7 @@ where
         let copy = CompactSlot {
             body,
             meta: slot.meta.clone(),
-            shared: Mutex::new(Shared {
-                weak: Weak::new(),
-                ring_stamp: u64::MAX,
-                queued: false,
-                decoded_at: u64::MAX,
-            }),
+            shared: Mutex::new(Shared::none()),
         };
         // Still shared with whoever holds the object.
         if let Some(obj) = held {
@@ -1139,7 +1170,10 @@ where
         match self.encode(key, obj, false) {
             Ok(blob) => {
                 self.counters.packed.fetch_add(1, Relaxed);
-                Some(super::PackedBody::Compressed(blob))
+                Some(super::PackedBody::Compressed {
+                    blob,
+                    meta: Some(meta_of(obj)),
+                })
             }
             // The FIFO holds it decoded, and `store` tries (and reports) again.
             Err(reason) => {
@@ -1149,18 +1183,51 @@ where
         }
     }
 
-    fn pack_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Option<super::PackedBody> {
+    fn pack_bytes(
+        &self,
+        key: &ObjectKey,
+        bytes: ItemBytes<'_>,
+        meta: &ListedMeta,
+    ) -> Option<super::PackedBody> {
         match self.blob(key, bytes.bytes, bytes.encoding, false) {
             Ok(blob) => {
                 self.counters.packed.fetch_add(1, Relaxed);
                 self.counters.packed_from_wire.fetch_add(1, Relaxed);
-                Some(super::PackedBody::Compressed(blob))
+                let meta = match bytes.encoding {
+                    ItemEncoding::Json => None,
+                    ItemEncoding::Protobuf { .. } | ItemEncoding::Enveloped { .. } => {
+                        Some(listed_meta_of(meta))
+                    }
+                };
+                Some(super::PackedBody::Compressed { blob, meta })
             }
             Err(reason) => {
                 tracing::debug!(key = %key, reason, "compact cache: object not packed");
                 None
             }
         }
+    }
+
+    fn store_packed(
+        &self,
+        key: &ObjectKey,
+        body: super::PackedBody,
+    ) -> Result<CompactSlot<K>, super::PackedBody> {
+        let (blob, meta) = match body {
+            super::PackedBody::Compressed {
+                blob,
+                meta: Some(meta),
+            } => (blob, meta),
+            body => return Err(body),
+        };
+        self.counters.kept_packed.fetch_add(1, Relaxed);
+        let slot = CompactSlot {
+            body: Body::Compressed(Arc::new(self.kept(key, blob))),
+            meta,
+            shared: Mutex::new(Shared::none()),
+        };
+        self.count_in(&slot);
+        Ok(slot)
     }
 
     fn decode_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Result<Arc<K>, StorageError> {
@@ -1174,7 +1241,7 @@ where
     }
 
     fn unpack(&self, key: &ObjectKey, body: super::PackedBody) -> Result<Arc<K>, StorageError> {
-        let super::PackedBody::Compressed(blob) = body else {
+        let super::PackedBody::Compressed { blob, .. } = body else {
             return Err(not_packed_here(key));
         };
         // Listed before the first dictionary was trained, and it is there now: re-compressed
@@ -1194,7 +1261,7 @@ where
     }
 
     fn peek(&self, key: &ObjectKey, body: &super::PackedBody) -> Result<Arc<K>, StorageError> {
-        let super::PackedBody::Compressed(blob) = body else {
+        let super::PackedBody::Compressed { blob, .. } = body else {
             return Err(not_packed_here(key));
         };
         self.unpack_blob(key, blob, |_| ()).map(|(obj, ())| obj)

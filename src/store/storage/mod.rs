@@ -72,8 +72,9 @@ pub struct CacheStats {
     /// Packed objects decoded as the FIFO handed them to the informer (counted apart from
     /// [`decodes`](Self::decodes), which are reads of the cache).
     pub unpacks: u64,
-    /// Unpacked objects whose packed bytes the cache then kept as they were, without encoding or
-    /// compressing them again.
+    /// Packed objects whose bytes the cache then kept as they were, without encoding or
+    /// compressing them again: unpacked ones, and those an in-order relist stored as they were
+    /// packed, without decoding them (see [`Packed`]).
     pub kept_packed: u64,
 }
 
@@ -113,7 +114,7 @@ impl std::fmt::Debug for Packed {
         let body = match &self.body {
             PackedBody::Cached => "cached",
             #[cfg(feature = "compact")]
-            PackedBody::Compressed(_) => "compressed",
+            PackedBody::Compressed { .. } => "compressed",
         };
         f.debug_struct("Packed")
             .field("key", &self.key)
@@ -128,7 +129,18 @@ pub(crate) enum PackedBody {
     Cached,
     /// Compressed bytes made by the compact storage.
     #[cfg(feature = "compact")]
-    Compressed(compact::Blob),
+    Compressed {
+        /// The bytes.
+        blob: compact::Blob,
+        /// What the store keeps beside them (resourceVersion and labels), when the bytes are
+        /// known to decode, so that the store may hold them as they are, nothing decoded
+        /// ([`Storage::store_packed`]): bytes encoded from a decoded object, and protobuf
+        /// items, which the server encoded from its own typed objects with the schema the
+        /// decoder is generated from. Not JSON as the server sent it, which may not fit `K` (a
+        /// custom resource's type, a field whose type changed): that is decoded as the FIFO
+        /// hands it out, and left out and reported if it does not decode.
+        meta: Option<compact::SlotMeta>,
+    },
 }
 
 /// An object as a store held it when the snapshot was taken, readable later whatever the store
@@ -221,8 +233,10 @@ pub(crate) trait StoredObject<K>: Send + Sync {
 }
 
 /// A stored object that could not be turned back into a `K`. It cannot happen unless memory is
-/// corrupted or `K`'s `Serialize` and `Deserialize` disagree (the store encoded the object
-/// itself), and is never silently lost: every read that meets it logs it, counts it in
+/// corrupted, `K`'s `Serialize` and `Deserialize` disagree (the store encoded the object
+/// itself), or a protobuf item that an in-order relist stored undecoded (see
+/// [`CacheStats::kept_packed`]) does not fit `K`, which the server's typed encoding rules out
+/// short of a bug; and it is never silently lost: every read that meets it logs it, counts it in
 /// [`CacheStats::decode_errors`], and [`Indexer::try_get_by_key`](super::Indexer::try_get_by_key)
 /// returns it. The message is redacted: it never quotes the object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -349,14 +363,22 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
         None
     }
 
-    /// Packs a listed object from its bytes as the server sent them (never decoded here), or
-    /// `None` as [`pack`](Self::pack).
+    /// Packs a listed object from its bytes as the server sent them (never decoded here), with
+    /// `meta`, read from them, or `None` as [`pack`](Self::pack).
     fn pack_bytes(
         &self,
         _key: &ObjectKey,
         _bytes: crate::reflector::decode::ItemBytes<'_>,
+        _meta: &crate::reflector::decode::ListedMeta,
     ) -> Option<PackedBody> {
         None
+    }
+
+    /// The slot for what [`pack`](Self::pack) or [`pack_bytes`](Self::pack_bytes) made, as it
+    /// is: nothing decoded (a relist building the store's replacement when no index needs the
+    /// object). `body` back when this storage cannot hold it so.
+    fn store_packed(&self, _key: &ObjectKey, body: PackedBody) -> Result<Self::Slot, PackedBody> {
+        Err(body)
     }
 
     /// Decodes a listed object's bytes (that [`pack_bytes`](Self::pack_bytes) could not pack).
