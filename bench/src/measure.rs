@@ -71,6 +71,14 @@ impl Meter {
         (wall, cpu)
     }
 
+    /// Records when every handler had been called for every listed object (`handled_s`,
+    /// `cpu_handled_s`, since the start, as `synced_s` and `cpu_sync_s`).
+    pub fn put_handled(&mut self) {
+        let (wall, cpu) = (self.wall(), Self::cpu());
+        self.put("handled_s", format!("{wall:.4}"));
+        self.put("cpu_handled_s", format!("{cpu:.4}"));
+    }
+
     /// Records the watch figures for `events` events received since the sync point `synced`.
     pub fn put_watch(&mut self, events: u64, synced: (f64, f64)) {
         let (wall, cpu) = (self.wall() - synced.0, Self::cpu() - synced.1);
