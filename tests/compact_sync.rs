@@ -136,6 +136,29 @@ async fn a_cold_sync_keeps_the_bytes_the_server_sent_in_both_encodings() {
             "{mode:?} protobuf {protobuf}: nothing read yet"
         );
         assert!(stats.dictionary_trainings <= 1);
+        // Labels and resourceVersions as the list decoder read them beside the bytes (in order
+        // and in protobuf, the objects were never decoded for the cache).
+        let indexer = factory.informer::<ConfigMap>().indexer();
+        let selector = kube_informer::parse_label_selector("i in (7,8)").unwrap();
+        let mut selected: Vec<_> = indexer
+            .list_selected(&selector)
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap())
+            .collect();
+        selected.sort();
+        assert_eq!(selected, ["cm-7", "cm-8"], "{mode:?} protobuf {protobuf}");
+        for c in server.list::<ConfigMap>().unwrap() {
+            let key = format!(
+                "{}/{}",
+                c.metadata.namespace.as_deref().unwrap(),
+                c.metadata.name.as_deref().unwrap()
+            );
+            assert_eq!(
+                indexer.resource_version_of(&key),
+                c.metadata.resource_version,
+                "{key}"
+            );
+        }
         assert_equals_server(&server, &factory);
         assert!(all_served(&server, Verb::List, protobuf));
         factory.shutdown().await;

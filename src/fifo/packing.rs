@@ -75,6 +75,8 @@ fn pack_list_item<K: Resource + Send + Sync + 'static>(
         return Ok(ListItem::Packed(Packed::cached(key)));
     }
     let obj = transform_object(transform, &key, obj)?;
+    // Keyed as transformed, as the object the FIFO decodes from it is.
+    let key = key_of(&obj)?;
     Ok(match cache.pack(&key, &obj) {
         Some(packed) => ListItem::Packed(packed),
         None => ListItem::Ready(obj),

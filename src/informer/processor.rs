@@ -119,8 +119,9 @@ impl<K> Note<K> {
     }
 
     /// The event to hand to the handler, its snapshots decoded; `None` if one does not decode
-    /// (logged and counted by the cache: it cannot happen unless memory is corrupted, since the
-    /// same bytes decoded when they were stored), except an update's old object, without which
+    /// (logged and counted by the cache; see [`StorageError`](crate::StorageError) for when it
+    /// can happen: a protobuf item an in-order relist stored undecoded whose bytes do not
+    /// decode), except an update's old object, without which
     /// the update is an add (as [`Indexer::insert`](crate::Indexer::insert) returns no old
     /// object it cannot read).
     pub(crate) fn event(&self) -> Option<std::borrow::Cow<'_, Event<K>>> {

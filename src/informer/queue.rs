@@ -41,10 +41,12 @@ pub enum FifoMode {
     /// cache, listed and watched objects wait here compressed, as in the DeltaFIFO; a relist is
     /// applied one object at a time as the new cache is built, and its notifications (and a
     /// resync's) carry the cache's compressed objects, decoded as each handler is called. So a
-    /// list is never held decoded at once. A listed object is decoded once, by the handlers,
-    /// when it came in protobuf (or through a transform) and the cache has no index but the
-    /// namespace one; else twice: once for the cache (its indices, or to check that JSON as the
-    /// server sent it fits the type), once for the handlers.
+    /// list is never held decoded at once. When the cache has no index but the namespace one, a
+    /// listed object known to decode is decoded once, by the handlers: protobuf of a kind with
+    /// a generated decoder (k8s-openapi's types), or one the reflector decoded before it was
+    /// packed (with a transform, a projection or sharding). Else twice: once for the cache (its
+    /// indices, or to check that JSON as the server sent it fits the type), once for the
+    /// handlers.
     InOrder,
 }
 

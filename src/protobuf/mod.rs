@@ -53,6 +53,38 @@ pub use list::{ProtobufListDecoder, decode_list_map};
 pub use watch::{LengthPrefixFramer, decode_watch_frame};
 pub(crate) use watch::{parts as watch_frame_parts, undecodable_frame};
 
+/// Whether `K` has a generated (direct) decoder for message `id` of `schema`: `K` is the
+/// k8s-openapi type of that built-in kind, which decodes what the server encodes from its own
+/// typed object; a type of the user's, decoded through serde, may not fit it.
+#[cfg(feature = "compact")]
+pub(crate) fn has_generated_decoder<K: 'static>(
+    schema: &'static schema::Schema,
+    id: schema::MessageId,
+) -> bool {
+    // An empty message is the type's default: cheap, and a decoder exists iff it gives one.
+    matches!(
+        direct::direct::<K>(
+            schema,
+            &[],
+            id,
+            None,
+            &crate::reflector::decode::Projection::none()
+        ),
+        Ok(Some(_))
+    )
+}
+
+/// The message of the object a whole protobuf body (the `k8s\0` magic and its envelope)
+/// holds, read from the envelope; `None` if it does not parse or names no message of `schema`.
+#[cfg(feature = "compact")]
+pub(crate) fn enveloped_message(
+    schema: &'static schema::Schema,
+    body: &[u8],
+) -> Option<schema::MessageId> {
+    let env = envelope::envelope(body).ok()?;
+    envelope::resolve(schema, env.api_version, env.kind).ok()
+}
+
 /// The media type of Kubernetes protobuf, for `Accept` and `Content-Type`.
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
 

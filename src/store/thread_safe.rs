@@ -899,7 +899,10 @@ impl<K, S: Storage<K>> Core<K, S> {
                                 each(&key);
                                 self.insert_fresh(&mut fresh, key, slot, values);
                             }
-                            Err(e) => undecodable.push((key, e)),
+                            Err(e) => {
+                                self.storage.drop_slot(&slot);
+                                undecodable.push((key, e));
+                            }
                         }
                         continue;
                     }

@@ -25,12 +25,13 @@
 //!   (a hand-off keyed by the popped `Arc`), so a sync encodes and compresses each object once
 //!   and never holds the whole list decoded. Objects of watch events take the same path. An
 //!   in-order relist does not decode what it stores, when it can: a blob the cache encoded
-//!   from a decoded object, or a protobuf item (which the server encoded from its typed
-//!   objects), is stored as packed ([`Storage::store_packed`]), with the resourceVersion and
-//!   labels read beside it and the namespace index's value from the key; it is decoded only if
-//!   another index needs the object. Its handlers' snapshots then decode each object once. JSON
-//!   as the server sent it may not fit the type (a custom resource, a field whose type changed),
-//!   so it is decoded first, and left out and reported if it does not decode.
+//!   from a decoded object, or a protobuf item of a kind `K` has a generated decoder for (the
+//!   k8s-openapi type the server encoded it from), is stored as packed
+//!   ([`Storage::store_packed`]), with the resourceVersion and labels read beside it and the
+//!   namespace index's value from the key; it is decoded only if another index needs the
+//!   object. Its handlers' snapshots then decode each object once. JSON as the server sent it,
+//!   or protobuf decoded through serde, may not fit the type (a custom resource, a field whose
+//!   type changed), so it is decoded first, and left out and reported if it does not decode.
 //! - **Snapshots**: an in-order relist, a resync and a late handler's replay notify handlers
 //!   with [`Snapshot`]s: the slot's blob (shared through an `Arc`, not copied) decoded when the
 //!   handler is called, so listener buffers never hold a list decoded. A relist that lists an
@@ -64,6 +65,7 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::{CacheStats, SlotMap, Snapshot, Storage, StorageError, StoredObject, selector_matches};
 use crate::{
+    protobuf::schema::MessageId,
     reflector::decode::{ItemBytes, ItemEncoding, ListedMeta},
     store::ObjectKey,
 };
@@ -447,6 +449,9 @@ pub(crate) struct Compact<K> {
     /// `evicted`'s length, so that a release with nothing to do takes no lock (every read
     /// releases).
     evicted_len: AtomicUsize,
+    /// Protobuf messages (by schema and id) and whether `K` has a generated decoder for each
+    /// ([`Compact::decodes_generated`]).
+    generated: Mutex<Vec<((usize, MessageId), bool)>>,
 }
 
 /// How many objects pushed out of the hot ring wait after each release, held or not. A held one
@@ -554,6 +559,7 @@ impl<K> Compact<K> {
             ring,
             sweep: Mutex::new(VecDeque::new()),
             handoff: Mutex::new(std::collections::HashMap::new()),
+            generated: Mutex::new(Vec::new()),
             counters: Arc::default(),
             evicted: Mutex::new(VecDeque::new()),
             evicted_len: AtomicUsize::new(0),
@@ -745,6 +751,33 @@ impl<K> Compact<K> {
         };
         self.counters.kept_packed.fetch_add(1, Relaxed);
         Some(self.kept(key, blob))
+    }
+
+    /// Whether `bytes`, encoded as `encoding`, are protobuf of a message `K` has a generated
+    /// decoder for (see [`crate::protobuf::has_generated_decoder`]), so that the store may hold
+    /// them undecoded ([`Storage::store_packed`]). Looked up once per message.
+    fn decodes_generated(&self, bytes: &[u8], encoding: ItemEncoding) -> bool
+    where
+        K: 'static,
+    {
+        let (schema, id) = match encoding {
+            ItemEncoding::Json => return false,
+            ItemEncoding::Protobuf { schema, message } => (schema, message),
+            ItemEncoding::Enveloped { schema } => {
+                match crate::protobuf::enveloped_message(schema, bytes) {
+                    Some(id) => (schema, id),
+                    None => return false,
+                }
+            }
+        };
+        let of = (std::ptr::from_ref(schema) as usize, id);
+        let mut known = self.generated.lock();
+        if let Some(&(_, yes)) = known.iter().find(|(m, _)| *m == of) {
+            return yes;
+        }
+        let yes = crate::protobuf::has_generated_decoder::<K>(schema, id);
+        known.push((of, yes));
+        yes
     }
 
     /// A packed `blob` the store is about to keep under `key`: re-compressed with the first
@@ -1193,12 +1226,9 @@ where
             Ok(blob) => {
                 self.counters.packed.fetch_add(1, Relaxed);
                 self.counters.packed_from_wire.fetch_add(1, Relaxed);
-                let meta = match bytes.encoding {
-                    ItemEncoding::Json => None,
-                    ItemEncoding::Protobuf { .. } | ItemEncoding::Enveloped { .. } => {
-                        Some(listed_meta_of(meta))
-                    }
-                };
+                let meta = self
+                    .decodes_generated(bytes.bytes, bytes.encoding)
+                    .then(|| listed_meta_of(meta));
                 Some(super::PackedBody::Compressed { blob, meta })
             }
             Err(reason) => {

@@ -72,9 +72,11 @@ pub struct CacheStats {
     /// Packed objects decoded as the FIFO handed them to the informer (counted apart from
     /// [`decodes`](Self::decodes), which are reads of the cache).
     pub unpacks: u64,
-    /// Packed objects whose bytes the cache then kept as they were, without encoding or
-    /// compressing them again: unpacked ones, and those an in-order relist stored as they were
-    /// packed, without decoding them (see [`Packed`]).
+    /// Packed objects whose bytes the cache then kept, never encoding the object again (those
+    /// packed before the first dictionary was trained are re-compressed with it, bytes to
+    /// bytes): unpacked ones, and those an in-order relist stored as they were packed, without
+    /// decoding them (see [`Packed`]; a decode there for an index counts in
+    /// [`decodes`](Self::decodes)).
     pub kept_packed: u64,
 }
 
@@ -135,10 +137,11 @@ pub(crate) enum PackedBody {
         /// What the store keeps beside them (resourceVersion and labels), when the bytes are
         /// known to decode, so that the store may hold them as they are, nothing decoded
         /// ([`Storage::store_packed`]): bytes encoded from a decoded object, and protobuf
-        /// items, which the server encoded from its own typed objects with the schema the
-        /// decoder is generated from. Not JSON as the server sent it, which may not fit `K` (a
-        /// custom resource's type, a field whose type changed): that is decoded as the FIFO
-        /// hands it out, and left out and reported if it does not decode.
+        /// items of a kind `K` has a generated decoder for (`K` is then the k8s-openapi type the
+        /// server encoded the object from). Not JSON as the server sent it, nor protobuf decoded
+        /// through serde into a type of the user's, which may not fit `K` (a custom resource's
+        /// type, a field whose type changed): those are decoded as the FIFO hands them out, and
+        /// left out and reported if they do not decode.
         meta: Option<compact::SlotMeta>,
     },
 }
@@ -235,8 +238,11 @@ pub(crate) trait StoredObject<K>: Send + Sync {
 /// A stored object that could not be turned back into a `K`. It cannot happen unless memory is
 /// corrupted, `K`'s `Serialize` and `Deserialize` disagree (the store encoded the object
 /// itself), or a protobuf item that an in-order relist stored undecoded (see
-/// [`CacheStats::kept_packed`]) does not fit `K`, which the server's typed encoding rules out
-/// short of a bug; and it is never silently lost: every read that meets it logs it, counts it in
+/// [`CacheStats::kept_packed`]) does not decode: `K` is then the k8s-openapi type the server
+/// encoded it from, so only bytes its encoding does not check can do that, such as a string
+/// that is not UTF-8 written by another client in protobuf. Such an object is in the cache, but
+/// its handlers are not called for it and it is not reported to the informer's error handler.
+/// It is never silently lost: every read that meets it logs it, counts it in
 /// [`CacheStats::decode_errors`], and [`Indexer::try_get_by_key`](super::Indexer::try_get_by_key)
 /// returns it. The message is redacted: it never quotes the object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1057,6 +1057,31 @@ fn readers_free_only_what_is_over_the_bound() {
     assert_eq!(alive(), 1);
 }
 
+/// Each object packed by `store` from its protobuf body (magic and envelope) as a relist's entry.
+fn packed_protobuf(
+    store: &Indexer<ConfigMap>,
+    wire: &[(Arc<ConfigMap>, Vec<u8>)],
+) -> Vec<(ObjectKey, Listed<ConfigMap>)> {
+    use crate::{
+        protobuf::schema::BUILTIN,
+        reflector::decode::{ItemBytes, ItemEncoding, ListedMeta},
+        store::Packed,
+    };
+    wire.iter()
+        .map(|(o, bytes)| {
+            let bytes = ItemBytes {
+                bytes,
+                encoding: ItemEncoding::Enveloped { schema: &BUILTIN },
+            };
+            let key = crate::key_of(&**o).unwrap();
+            let Packed { key, body } = store
+                .pack_bytes(&key, bytes, &ListedMeta::of(&**o))
+                .expect("packs");
+            (key, Listed::Packed(body))
+        })
+        .collect()
+}
+
 /// An in-order relist of packed objects: protobuf items, which the server encoded from its own
 /// typed objects, are stored as they were packed, decoded only for an index that needs the
 /// object (the namespace one is read from the key, the labels and resourceVersion from what the
@@ -1065,7 +1090,7 @@ fn readers_free_only_what_is_over_the_bound() {
 #[test]
 fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them() {
     use crate::{
-        protobuf::{encode::encode_object, schema::BUILTIN},
+        protobuf::encode::encode_object,
         reflector::decode::{ItemBytes, ItemEncoding, ListedMeta},
         store::Packed,
     };
@@ -1086,23 +1111,8 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
         .iter()
         .map(|o| encode_object("v1", "ConfigMap", &serde_json::to_value(&**o).unwrap()).unwrap())
         .collect();
-    let listed = |store: &Indexer<ConfigMap>| -> Vec<(ObjectKey, Listed<ConfigMap>)> {
-        objects
-            .iter()
-            .zip(&wire)
-            .map(|(o, bytes)| {
-                let bytes = ItemBytes {
-                    bytes,
-                    encoding: ItemEncoding::Enveloped { schema: &BUILTIN },
-                };
-                let key = crate::key_of(&**o).unwrap();
-                let Packed { key, body } = store
-                    .pack_bytes(&key, bytes, &ListedMeta::of(&**o))
-                    .expect("packs");
-                (key, Listed::Packed(body))
-            })
-            .collect()
-    };
+    let wire: Vec<_> = objects.iter().cloned().zip(wire).collect();
+    let listed = |store: &Indexer<ConfigMap>| packed_protobuf(store, &wire);
     let tier_a = parse_label_selector("tier=a").unwrap();
     let want_a: Vec<ObjectKey> = sorted_keys(
         objects
@@ -1195,4 +1205,63 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
     let stats = store.stats();
     assert_eq!((stats.unpacks, stats.decode_errors), (40, 1), "{stats:?}");
     assert_eq!(by_key(store.list()), by_key(objects));
+}
+
+/// A protobuf item that does not decode (a string that is not UTF-8, which the server's own
+/// encoding does not check): with an index that needs the object it is found while the relist
+/// builds the cache, left out (its bytes not counted) and handed back to be reported; with the
+/// namespace index alone it is stored undecoded and found when read, as a typed error.
+#[test]
+fn an_undecodable_protobuf_item_of_a_relist_is_left_out_or_found_when_read() {
+    use crate::protobuf::encode::encode_object;
+
+    let good = cm("ns", "good", 1, &[("tier", "a")], &[("k", "fine".into())]);
+    let bad = cm(
+        "ns",
+        "bad",
+        2,
+        &[("tier", "a")],
+        &[("k", "\u{1}marker".into())],
+    );
+    let encode = |o: &ConfigMap| {
+        encode_object("v1", "ConfigMap", &serde_json::to_value(o).unwrap()).unwrap()
+    };
+    let mut bad_bytes = encode(&bad);
+    let at = bad_bytes
+        .windows(7)
+        .position(|w| w == b"\x01marker")
+        .expect("the value is in the bytes");
+    bad_bytes[at] = 0xff; // no longer UTF-8
+    let wire = [(good.clone(), encode(&good)), (bad.clone(), bad_bytes)];
+    let relist = |store: &Indexer<ConfigMap>, wire: &[(Arc<ConfigMap>, Vec<u8>)]| {
+        let mut items = packed_protobuf(store, wire).into_iter();
+        let mut replaced = store.replace_streaming(&mut items, "9");
+        replaced.take_undecodable()
+    };
+
+    let indexed = compact(CompactConfig::default().hot_objects(0));
+    indexed
+        .add_indexers(Indexers::from([("tier".to_owned(), tier_index())]))
+        .unwrap();
+    let undecodable = relist(&indexed, &wire);
+    assert_eq!(undecodable.len(), 1);
+    assert_eq!(undecodable[0].0.as_str(), "ns/bad");
+    assert_eq!(indexed.list_keys(), [ObjectKey::parse("ns/good").unwrap()]);
+    let only_good = compact(CompactConfig::default().hot_objects(0));
+    assert!(relist(&only_good, &wire[..1]).is_empty());
+    assert_eq!(
+        indexed.stats().stored_bytes,
+        only_good.stats().stored_bytes,
+        "the bad item's bytes are not counted"
+    );
+
+    let by_namespace = compact(CompactConfig::default().hot_objects(0));
+    assert!(relist(&by_namespace, &wire).is_empty());
+    assert_eq!(by_namespace.len(), 2);
+    assert!(matches!(
+        by_namespace.try_get_by_key("ns/bad"),
+        Err(StorageError::Decode { .. })
+    ));
+    assert_eq!(*by_namespace.get_by_key("ns/good").unwrap(), *good);
+    assert_eq!(by_namespace.stats().decode_errors, 1);
 }
