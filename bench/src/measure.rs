@@ -142,7 +142,8 @@ pub struct ClientArgs {
     /// The informer's cache (`--cache decoded|compact`, default `decoded`; with `compact`,
     /// `--decoded-backlog n` sets `CompactConfig::decoded_backlog`, `max` for never, and
     /// `--zstd-level n` sets `CompactConfig::level`, `--hot-objects n`
-    /// `CompactConfig::hot_objects`); only
+    /// `CompactConfig::hot_objects`, `--dictionary-samples n`
+    /// `CompactConfig::dictionary_samples`); only
     /// `client-informer` reads it.
     pub cache: kube_informer::CacheStorage,
     /// How long each handler call sleeps, in µs (`--handler-sleep-us`, default 0): a slow
@@ -195,6 +196,9 @@ impl ClientArgs {
                     }
                     if let Some(n) = a.get("zstd-level") {
                         config = config.level(n.parse().expect("--zstd-level"));
+                    }
+                    if let Some(n) = a.get("dictionary-samples") {
+                        config = config.dictionary_samples(n.parse().expect("--dictionary-samples"));
                     }
                     kube_informer::CacheStorage::Compact(config)
                 }
