@@ -278,7 +278,7 @@ async fn a_crashed_leader_is_replaced_after_its_lease_expires() {
         "took {lease_taken:?}"
     );
     assert!(
-        workers_started >= lease_taken + SETTLE - Duration::from_millis(50),
+        workers_started >= lease_taken + SETTLE - Duration::from_millis(500),
         "the new leader did not wait out the old one: {workers_started:?}"
     );
     assert!(
@@ -295,7 +295,7 @@ async fn without_waiting_out_the_previous_leader_workers_start_with_the_takeover
         "took {lease_taken:?}"
     );
     assert!(
-        workers_started <= lease_taken + Duration::from_millis(300),
+        workers_started <= lease_taken + Duration::from_millis(700),
         "{workers_started:?}"
     );
 }
@@ -345,7 +345,8 @@ async fn release_on_cancel_hands_over_within_the_retry_period() {
     assert_ne!(next, leader);
     assert_eq!(holder(&s).as_deref(), Some(next.as_str()));
     assert!(
-        handover < Duration::from_millis(1200),
+        // Waiting for expiry instead would take at least LEASE - RETRY plus a 0.1 s pause.
+        handover < Duration::from_millis(1500),
         "took {handover:?}: the follower waited for expiry instead of seeing the release"
     );
     log.assert_no_overlap();
@@ -384,7 +385,7 @@ async fn a_leader_that_cannot_renew_stops_its_workers_before_the_lease_expires()
     // Workers gone within renew deadline + stop timeout of the last renewal (+ scheduling
     // slack), which is before the lease expires for anyone else.
     assert!(
-        stopped - cut <= RENEW_DEADLINE + STOP_TIMEOUT + Duration::from_millis(100),
+        stopped - cut < LEASE,
         "workers ran until {:?} after the cut",
         stopped - cut
     );

@@ -254,6 +254,15 @@ async fn leader_election_killed_leader_process_is_replaced_and_no_two_reconcile_
         .and_then(|s| s.holder_identity)
         .expect("the lease has a holder");
     let follower = if holder == "a" { "b" } else { "a" };
+    // Printed before it reconciled, but its stdout is read by another task.
+    until_ok("leading-start is read", Duration::from_secs(5), || async {
+        if of(&events, &holder, "leading-start").is_empty() {
+            Err(format!("{:?}", events.lock().unwrap()))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
     assert_eq!(of(&events, &holder, "leading-start").len(), 1);
     assert!(
         of(&events, follower, "leading-start").is_empty(),
@@ -363,6 +372,15 @@ async fn leader_election_killed_leader_process_is_replaced_and_no_two_reconcile_
         .await
         .expect("wait for the last replica");
     assert!(status.success(), "{status:?}");
+    // The replica may exit before the task reading its stdout has pushed its last lines.
+    until_ok("leading-stop is read", Duration::from_secs(5), || async {
+        if of(&events, follower, "leading-stop").is_empty() {
+            Err(format!("{:?}", events.lock().unwrap()))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
     let stops = of(&events, follower, "leading-stop");
     assert_eq!(stops.len(), 1, "{:?}", events.lock().unwrap());
     let lease = within("get lease", leases.get(LEASE_NAME))
