@@ -240,6 +240,7 @@ async fn a_server_that_ignores_the_selector_is_refused_not_cached() {
         .wait_for_cache_sync_timeout(Duration::from_secs(2))
         .await;
     assert!(sync.timed_out && !sync.unsynced().is_empty(), "{sync:?}");
+    eventually("a list error", || !errors.lock().is_empty()).await;
     let errors = errors.lock().clone();
     assert!(
         !errors.is_empty()

@@ -326,13 +326,14 @@ async fn leader_election_killed_leader_process_is_replaced_and_no_two_reconcile_
     .await;
 
     // The lease within its duration after the kill, plus kube-lease-manager's acquisition
-    // pause (and 500 ms of polling, scheduling and request slack); the workers `SETTLE` later.
+    // pause (and 1.5 s of polling, scheduling and request slack on a loaded machine: waiting
+    // out a second lease would take 2 s more); the workers `SETTLE` later.
     assert!(
-        lease_taken <= LEASE + ACQUIRE_PAUSE + Duration::from_millis(500),
+        lease_taken <= LEASE + ACQUIRE_PAUSE + Duration::from_millis(1500),
         "the lease was taken over after {lease_taken:?}"
     );
     assert!(
-        failover <= lease_taken + SETTLE + Duration::from_millis(500),
+        failover <= lease_taken + SETTLE + Duration::from_millis(1000),
         "the workers started {failover:?} after the kill"
     );
     // No two reconciled at once: the dead leader's writes all happened before it died, the
@@ -476,9 +477,10 @@ async fn partitioned_leader(mode: Partition) {
          {follower} took over {:?} after",
         Duration::from_millis((took_over - cut_ms) as u64)
     );
-    // The last renewal was at most at the cut: workers gone by then + deadline + stop timeout.
+    // The last renewal was at most at the cut: workers gone by then + deadline + stop timeout
+    // (+ scheduling slack; that no one else led meanwhile is the check after this one).
     assert!(
-        down_after <= RENEW_DEADLINE + STOP_TIMEOUT + Duration::from_millis(300),
+        down_after <= RENEW_DEADLINE + STOP_TIMEOUT + Duration::from_millis(700),
         "the cut-off leader kept its workers for {down_after:?}"
     );
     assert!(

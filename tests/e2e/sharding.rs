@@ -161,6 +161,14 @@ async fn a_sharded_informer_on_an_apiserver_without_the_gate_is_refused() {
         sync.timed_out,
         "a sharded informer synced on a server that does not shard"
     );
+    eventually("a list error", CONVERGE_TIMEOUT, || {
+        if log.all().is_empty() {
+            Err("no error yet".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
     let errors = log.all();
     assert!(
         !errors.is_empty()

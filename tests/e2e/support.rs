@@ -482,9 +482,24 @@ fn openssl(dir: &Path, command: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A loopback port that was free a moment ago (the OS picks it; another process could take it
-/// before the server binds, which is unlikely enough for tests).
+/// A loopback port that was free a moment ago. Picked below Linux's ephemeral range (32768 and
+/// up), which outgoing connections take their local ports from: an apiserver restarted on its
+/// port must find it free again, and the OS would hand out ports from that range (the OS picks
+/// one only if none of a few hundred tries there is free).
 fn free_port() -> Result<u16, String> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+        ^ std::process::id().wrapping_mul(7919);
+    for _ in 0..300 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (seed.wrapping_add(n.wrapping_mul(104_729)) % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("free port: {e}"))?;
     listener
         .local_addr()
