@@ -900,7 +900,7 @@ impl<K, S: Storage<K>> Core<K, S> {
                                 self.insert_fresh(&mut fresh, key, slot, values);
                             }
                             Err(e) => {
-                                self.storage.drop_slot(&slot);
+                                self.storage.discard_packed(&slot);
                                 undecodable.push((key, e));
                             }
                         }

@@ -1195,6 +1195,11 @@ where
         self.count_out(slot);
     }
 
+    fn discard_packed(&self, slot: &CompactSlot<K>) {
+        self.count_out(slot);
+        self.counters.kept_packed.fetch_sub(1, Relaxed);
+    }
+
     fn packs(&self) -> bool {
         true
     }

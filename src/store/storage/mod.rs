@@ -387,6 +387,13 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
         Err(body)
     }
 
+    /// A slot [`store_packed`](Self::store_packed) made, left out of the store after all (its
+    /// object did not decode for an index): counted out as [`drop_slot`](Self::drop_slot), and
+    /// no longer as kept.
+    fn discard_packed(&self, slot: &Self::Slot) {
+        self.drop_slot(slot);
+    }
+
     /// Decodes a listed object's bytes (that [`pack_bytes`](Self::pack_bytes) could not pack).
     fn decode_bytes(
         &self,

@@ -1209,8 +1209,9 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
 
 /// A protobuf item that does not decode (a string that is not UTF-8, which the server's own
 /// encoding does not check): with an index that needs the object it is found while the relist
-/// builds the cache, left out (its bytes not counted) and handed back to be reported; with the
-/// namespace index alone it is stored undecoded and found when read, as a typed error.
+/// builds the cache, left out (neither its bytes nor the item counted) and handed back to be
+/// reported; with the namespace index alone it is stored undecoded and found when read, as a
+/// typed error.
 #[test]
 fn an_undecodable_protobuf_item_of_a_relist_is_left_out_or_found_when_read() {
     use crate::protobuf::encode::encode_object;
@@ -1253,6 +1254,11 @@ fn an_undecodable_protobuf_item_of_a_relist_is_left_out_or_found_when_read() {
         indexed.stats().stored_bytes,
         only_good.stats().stored_bytes,
         "the bad item's bytes are not counted"
+    );
+    assert_eq!(
+        (indexed.stats().kept_packed, only_good.stats().kept_packed),
+        (1, 1),
+        "nor is it counted as kept"
     );
 
     let by_namespace = compact(CompactConfig::default().hot_objects(0));
