@@ -44,10 +44,9 @@ pub enum FifoMode {
     /// list is never held decoded at once. When the cache has no index but the namespace one, a
     /// listed object known to decode is decoded once, by the handlers: protobuf of a kind with
     /// a generated decoder (k8s-openapi's types, with its newest Kubernetes version feature),
-    /// or one the reflector decoded before it was
-    /// packed (with a transform, a projection or sharding). Else twice: once for the cache (its
-    /// indices, or to check that JSON as the server sent it fits the type), once for the
-    /// handlers.
+    /// or one the reflector decoded before it was packed (with a transform, a projection or
+    /// sharding). Else twice: once for the cache (its indices, or to check that JSON as the
+    /// server sent it fits the type), once for the handlers.
     InOrder,
 }
 
