@@ -74,6 +74,17 @@ pub(crate) fn has_generated_decoder<K: 'static>(
     )
 }
 
+/// Whether `K` is the k8s-openapi type of a built-in kind with a generated decoder (see
+/// [`has_generated_decoder`]): one whose JSON decoding is k8s-openapi's own, which takes any
+/// JSON value as a `managedFields` entry's `fieldsV1`.
+#[cfg(feature = "compact")]
+pub(crate) fn is_generated_kind<K: 'static>() -> bool {
+    schema::BUILTIN
+        .roots
+        .iter()
+        .any(|root| has_generated_decoder::<K>(&schema::BUILTIN, root.message))
+}
+
 /// The message of the object a whole protobuf body (the `k8s\0` magic and its envelope)
 /// holds, read from the envelope; `None` if it does not parse or names no message of `schema`.
 #[cfg(feature = "compact")]

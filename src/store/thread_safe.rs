@@ -892,9 +892,18 @@ impl<K, S: Storage<K>> Core<K, S> {
                     self.insert_fresh(&mut fresh, key, slot, values);
                     continue;
                 }
-                Listed::Packed(body) => match self.storage.store_packed(&key, body) {
-                    Ok(slot) => {
-                        match self.values_of_packed(&fresh, &key, &slot) {
+                Listed::Packed(body) => {
+                    let stored = self.storage.store_packed(&key, body).map(Ok);
+                    // Bytes that may not fit the type, when no index needs the object: checked
+                    // at less than a decode's cost, if the storage can, and kept as they are.
+                    let stored = match stored {
+                        Err(body) if fresh.indices.iter().all(|idx| idx.from_key) => {
+                            self.storage.store_checked(&key, body)
+                        }
+                        stored => stored,
+                    };
+                    match stored {
+                        Ok(Ok(slot)) => match self.values_of_packed(&fresh, &key, &slot) {
                             Ok(values) => {
                                 each(&key);
                                 self.insert_fresh(&mut fresh, key, slot, values);
@@ -903,40 +912,53 @@ impl<K, S: Storage<K>> Core<K, S> {
                                 self.storage.discard_packed(&slot);
                                 undecodable.push((key, e));
                             }
-                        }
-                        continue;
+                        },
+                        Ok(Err(e)) => undecodable.push((key, e)),
+                        // A storage that cannot hold it as it is: decoded and stored as any
+                        // object.
+                        Err(body) => match self.storage.unpack(&key, body) {
+                            Ok(obj) => {
+                                self.put_listed(&mut fresh, key, obj, &mut each);
+                            }
+                            Err(e) => undecodable.push((key, e)),
+                        },
                     }
-                    // A storage that cannot hold it as it is: decoded and stored as any object.
-                    Err(body) => match self.storage.unpack(&key, body) {
-                        Ok(obj) => obj,
-                        Err(e) => {
-                            undecodable.push((key, e));
-                            continue;
-                        }
-                    },
-                },
+                    continue;
+                }
             };
-            each(&key);
-            let current = self.read();
-            // An unchanged object keeps its stored form (a compact cache does not encode it
-            // again).
-            let source = current
-                .items
-                .0
-                .get(&key)
-                .map(|item| &item.slot)
-                .filter(|slot| self.storage.holds(slot, &obj))
-                .map_or(Source::Listed, Source::Kept);
-            Core::put_from(self, &mut fresh, key.clone(), obj, source);
-            drop(current);
-            // A compact store's slot keeps a `Weak` of what it stored, which pins the object's
-            // allocation once it is dropped (as it was just now, unless someone holds it) until
-            // swept: settled at once, so a relist of N objects does not pin N of them.
-            if let Some(item) = fresh.items.0.get(&key) {
-                self.storage.settle(&key, &item.slot);
-            }
+            self.put_listed(&mut fresh, key, obj, &mut each);
         }
         fresh
+    }
+
+    /// Stores a listed object, decoded, under `key` in a store being built (see [`fresh`]).
+    ///
+    /// [`fresh`]: Self::fresh
+    fn put_listed(
+        &self,
+        fresh: &mut Inner<K, S::Slot>,
+        key: ObjectKey,
+        obj: Arc<K>,
+        each: &mut impl FnMut(&ObjectKey),
+    ) {
+        each(&key);
+        let current = self.read();
+        // An unchanged object keeps its stored form (a compact cache does not encode it again).
+        let source = current
+            .items
+            .0
+            .get(&key)
+            .map(|item| &item.slot)
+            .filter(|slot| self.storage.holds(slot, &obj))
+            .map_or(Source::Listed, Source::Kept);
+        Core::put_from(self, fresh, key.clone(), obj, source);
+        drop(current);
+        // A compact store's slot keeps a `Weak` of what it stored, which pins the object's
+        // allocation once it is dropped (as it was just now, unless someone holds it) until
+        // swept: settled at once, so a relist of N objects does not pin N of them.
+        if let Some(item) = fresh.items.0.get(&key) {
+            self.storage.settle(&key, &item.slot);
+        }
     }
 
     /// Stores `slot` under `key` in a store being built, indexed under `values`.

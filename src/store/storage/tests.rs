@@ -1085,8 +1085,8 @@ fn packed_protobuf(
 /// An in-order relist of packed objects: protobuf items, which the server encoded from its own
 /// typed objects, are stored as they were packed, decoded only for an index that needs the
 /// object (the namespace one is read from the key, the labels and resourceVersion from what the
-/// list decoder read of the bytes); JSON items, which may not fit the type, are decoded first
-/// and left out, reported, when they do not.
+/// list decoder read of the bytes); JSON items, which may not fit the type, are checked (or
+/// decoded, for an index) first and left out, reported, when they do not.
 #[test]
 fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them() {
     use crate::{
@@ -1122,6 +1122,20 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
             .collect(),
     );
 
+    // resourceVersions and labels as read beside the bytes (by the list decoder, or the check).
+    let read_beside_the_bytes = |store: &Indexer<ConfigMap>| {
+        assert_eq!(
+            store.resource_version_of("ns-2/cm-6").as_deref(),
+            Some("106")
+        );
+        let selected = store
+            .list_selected(&tier_a)
+            .iter()
+            .map(|o| crate::key_of(&**o).unwrap())
+            .collect();
+        assert_eq!(sorted_keys(selected), want_a);
+    };
+
     // The namespace index alone: nothing decoded.
     let store = compact(CompactConfig::default().hot_objects(0));
     let mut replaced = store.replace_streaming(&mut listed(&store).into_iter(), "200");
@@ -1139,20 +1153,7 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
                 .collect()
         )
     );
-    assert_eq!(
-        store.resource_version_of("ns-2/cm-6").as_deref(),
-        Some("106")
-    );
-    assert_eq!(
-        sorted_keys(
-            store
-                .list_selected(&tier_a)
-                .iter()
-                .map(|o| crate::key_of(&**o).unwrap())
-                .collect()
-        ),
-        want_a
-    );
+    read_beside_the_bytes(&store);
     assert_eq!(by_key(store.list()), by_key(objects.clone()));
 
     // An index that needs the object: each decoded once for it, and indexed right.
@@ -1166,45 +1167,114 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
     assert_eq!(sorted_keys(store.index_keys("tier", "a").unwrap()), want_a);
     assert_eq!(by_key(store.list()), by_key(objects.clone()));
 
-    // JSON as the server sent it is decoded before it is stored; one that does not fit the
-    // type is left out, and handed back to be reported.
-    let store = compact(CompactConfig::default().hot_objects(0));
+    // JSON as the server sent it may not fit the type. Of a k8s-openapi kind, with the
+    // namespace index alone, it is checked (decoded with `fieldsV1` skipped, which takes any
+    // JSON) and stored as it was packed; with another index, decoded for it. Either way one that
+    // does not fit is left out, and handed back to be reported.
     let json: Vec<Vec<u8>> = objects
         .iter()
-        .map(|o| serde_json::to_vec(&**o).unwrap())
-        .chain([br#"{"metadata":{"name":"bad","namespace":"ns-0"},"data":"not a map"}"#.to_vec()])
-        .collect();
-    let bad = ListedMeta {
-        namespace: Some("ns-0".into()),
-        name: Some("bad".into()),
-        ..ListedMeta::default()
-    };
-    let mut items = objects
-        .iter()
-        .map(|o| ListedMeta::of(&**o))
-        .chain([bad])
-        .zip(&json)
-        .map(|(meta, bytes)| {
-            let bytes = ItemBytes {
-                bytes,
-                encoding: ItemEncoding::Json,
-            };
-            let Packed { key, body } = store
-                .pack_bytes(&meta.key().unwrap(), bytes, &meta)
-                .expect("packs");
-            (key, Listed::Packed(body))
+        .enumerate()
+        .map(|(i, o)| {
+            let mut v = serde_json::to_value(&**o).unwrap();
+            // `fieldsV1` of every shape, which a decode takes as it comes.
+            let fields = [
+                serde_json::json!({"f:data": {"f:k": {}}}),
+                serde_json::json!([1, "two", null, {"x": [[]]}]),
+                serde_json::json!("a string"),
+                serde_json::json!(7),
+            ];
+            v["metadata"]["managedFields"] = serde_json::json!([
+                {"manager": "m", "operation": "Apply", "fieldsType": "FieldsV1",
+                 "fieldsV1": fields[i % 4].clone()},
+            ]);
+            serde_json::to_vec(&v).unwrap()
         })
-        .collect::<Vec<_>>()
-        .into_iter();
-    let mut replaced = store.replace_streaming(&mut items, "200");
-    let undecodable = replaced.take_undecodable();
+        .chain([
+            br#"{"metadata":{"name":"bad","namespace":"ns-0"},"data":"not a map"}"#.to_vec(),
+            // Wrong in a managedFields entry beside `fieldsV1`: the check sees it.
+            br#"{"metadata":{"name":"bad-entry","namespace":"ns-0","managedFields":[{"fieldsV1":{},"time":5}]}}"#
+                .to_vec(),
+            // Not JSON inside `fieldsV1`: skipping it still reads its syntax.
+            br#"{"metadata":{"name":"bad-syntax","namespace":"ns-0","managedFields":[{"fieldsV1":{"a":}}]}}"#
+                .to_vec(),
+        ])
+        .collect();
+    let want: Vec<Arc<ConfigMap>> = json[..40]
+        .iter()
+        .map(|b| Arc::new(serde_json::from_slice(b).unwrap()))
+        .collect();
+    let bad = ["bad", "bad-entry", "bad-syntax"].map(|name| ListedMeta {
+        namespace: Some("ns-0".into()),
+        name: Some(name.into()),
+        ..ListedMeta::default()
+    });
+    let listed_json = |store: &Indexer<ConfigMap>| {
+        want.iter()
+            .map(|o| ListedMeta::of(&**o))
+            .chain(bad.clone())
+            .zip(&json)
+            .map(|(meta, bytes)| {
+                let bytes = ItemBytes {
+                    bytes,
+                    encoding: ItemEncoding::Json,
+                };
+                let Packed { key, body } = store
+                    .pack_bytes(&meta.key().unwrap(), bytes, &meta)
+                    .expect("packs");
+                (key, Listed::Packed(body))
+            })
+            .collect::<Vec<_>>()
+    };
+    let left_out = |undecodable: Vec<(ObjectKey, StorageError)>| {
+        assert!(
+            undecodable
+                .iter()
+                .all(|(_, e)| matches!(e, StorageError::Decode { .. })),
+            "{undecodable:?}"
+        );
+        sorted_keys(undecodable.into_iter().map(|(key, _)| key).collect())
+    };
+    let want_left_out = sorted_keys(
+        ["bad", "bad-entry", "bad-syntax"]
+            .map(|name| ObjectKey::new(Some("ns-0"), name).unwrap())
+            .to_vec(),
+    );
+
+    let store = compact(CompactConfig::default().hot_objects(0));
+    let mut replaced = store.replace_streaming(&mut listed_json(&store).into_iter(), "200");
+    assert_eq!(left_out(replaced.take_undecodable()), want_left_out);
     drop(replaced);
-    assert_eq!(undecodable.len(), 1);
-    assert_eq!(undecodable[0].0.as_str(), "ns-0/bad");
-    assert!(matches!(undecodable[0].1, StorageError::Decode { .. }));
     let stats = store.stats();
-    assert_eq!((stats.unpacks, stats.decode_errors), (40, 1), "{stats:?}");
-    assert_eq!(by_key(store.list()), by_key(objects));
+    assert_eq!(
+        (
+            stats.checked,
+            stats.kept_packed,
+            stats.unpacks,
+            stats.decodes
+        ),
+        (40, 40, 0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(stats.decode_errors, 3, "{stats:?}");
+    read_beside_the_bytes(&store);
+    // What is read back is the whole object, `fieldsV1` and all.
+    assert_eq!(by_key(store.list()), by_key(want.clone()));
+
+    let store = compact(CompactConfig::default().hot_objects(0));
+    store
+        .add_indexers(Indexers::from([("tier".to_owned(), tier_index())]))
+        .unwrap();
+    let mut replaced = store.replace_streaming(&mut listed_json(&store).into_iter(), "200");
+    assert_eq!(left_out(replaced.take_undecodable()), want_left_out);
+    drop(replaced);
+    let stats = store.stats();
+    assert_eq!(
+        (stats.checked, stats.unpacks, stats.decode_errors),
+        (0, 40, 3),
+        "{stats:?}"
+    );
+    assert_eq!(sorted_keys(store.index_keys("tier", "a").unwrap()), want_a);
+    assert_eq!(by_key(store.list()), by_key(want));
 }
 
 /// A protobuf item that does not decode (a string that is not UTF-8, which the server's own
