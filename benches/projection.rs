@@ -6,7 +6,9 @@
 //! - `floor`: `serde_json::from_slice::<Pod>`, everything built (what S1's floor does);
 //! - `strip transform`: the floor plus `strip_managed_fields` afterwards (what
 //!   `strip_managed_fields_transform` costs: managedFields built, then freed);
-//! - `projection`: `Projection::strip_managed_fields()`, managedFields skipped by the parser.
+//! - `projection`: `Projection::strip_managed_fields()`, managedFields skipped by the parser;
+//! - `relist check`: each managedFields entry's `fieldsV1` skipped, what an in-order relist
+//!   into a Compact cache checks listed JSON of a k8s-openapi kind with.
 //!
 //! The `list` group does the same through the reflector's `ListDecoder` on a 1,000-Pod list
 //! body. Heap bytes and allocations per Pod: `cargo bench --bench projection_heap`.
@@ -54,6 +56,18 @@ fn per_pod(c: &mut Criterion) {
                 black_box(strip_managed_fields(
                     serde_json::from_slice::<Pod>(body).unwrap(),
                 ));
+            }
+        })
+    });
+    // What an in-order relist into a Compact cache checks listed JSON of a k8s-openapi kind
+    // with before it stores the bytes (`CacheStats::checked`): a decode that skips `fieldsV1`.
+    let check = Projection::none()
+        .drop_path("metadata.managedFields[*].fieldsV1")
+        .unwrap();
+    g.bench_function("relist check: fieldsV1 skipped", |b| {
+        b.iter(|| {
+            for body in &bodies {
+                black_box(check.from_slice::<Pod>(body).unwrap());
             }
         })
     });
