@@ -152,11 +152,13 @@ async fn main() {
     }
     let stats = informer.indexer().stats();
     meter.put("decodes", stats.decodes);
-    // Compact only: compressed bytes held per cached object, how objects reached the cache,
-    // and how many dictionaries were trained.
+    // Compact only: compressed bytes held per cached object, how objects reached the cache
+    // (and how many listed JSON objects were checked rather than decoded before it), and how
+    // many dictionaries were trained.
     let cached = informer.indexer().len().max(1) as u64;
     meter.put("stored_b_per_obj", stats.stored_bytes / cached);
     meter.put("packed_from_wire", stats.packed_from_wire);
+    meter.put("checked", stats.checked);
     meter.put("dictionary_trainings", stats.dictionary_trainings);
     // `BENCH_TRIM=1`: a second after the scenario, return freed heap to the OS (glibc
     // `malloc_trim`) and report the RSS left: what the cache itself holds, without the pages
