@@ -827,8 +827,8 @@ type Handoffs<K> = std::collections::HashMap<ObjectKey, Vec<(Weak<K>, Blob)>>;
 /// What checks that listed JSON of a k8s-openapi kind decodes ([`Storage::store_checked`]): a
 /// decode that skips each `managedFields` entry's `fieldsV1`, which k8s-openapi decodes as any
 /// JSON value (a `serde_json::Value`). The skipped value's syntax is still read, so the check
-/// fails where a decode would, for about two thirds of the cost on a Pod with managedFields (27
-/// against 41 µs, bench/src/podgen.rs Pods). Two kinds of input pass it that a decode refuses,
+/// fails where a decode would, for about 0.7× the cost on a Pod with managedFields (26.5 against
+/// 37.1 µs a bench/src/podgen.rs Pod, `cargo bench --bench projection`). Two kinds of input pass it that a decode refuses,
 /// both of which Go's JSON encoder, and so kube-apiserver, never writes: a string in `fieldsV1`
 /// that is not UTF-8, and a `fieldsV1` nested deeper than serde_json's limit of 128. Such an
 /// object is stored, fails to decode when read, and is logged and counted as a protobuf item

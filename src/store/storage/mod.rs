@@ -81,7 +81,7 @@ pub struct CacheStats {
     /// Of those, the JSON objects of a k8s-openapi kind (one with a generated protobuf decoder)
     /// that an in-order relist checked before it stored them as they were packed: decoded with
     /// each `managedFields` entry's `fieldsV1` skipped (k8s-openapi takes any JSON value there),
-    /// at about two thirds of a decode's cost, and dropped.
+    /// at about 0.7× a decode's cost, and dropped.
     pub checked: u64,
 }
 
