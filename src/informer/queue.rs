@@ -46,9 +46,9 @@ pub enum FifoMode {
     /// a generated decoder (k8s-openapi's types, with its newest Kubernetes version feature),
     /// or one the reflector decoded before it was packed (with a transform, a projection or
     /// sharding). JSON of such a kind, as the server sent it, is first checked to fit the type,
-    /// by a decode that skips `managedFields`' `fieldsV1` (about 0.7× a decode's cost
-    /// on a Pod). Else each listed object is decoded twice: once for the cache (its indices, or
-    /// to check that JSON of another type fits it), once for the handlers.
+    /// by a decode that reads `managedFields`' `fieldsV1` without building it. Else each listed
+    /// object is decoded twice: once for the cache (its indices, or to check that JSON of
+    /// another type fits it), once for the handlers.
     InOrder,
 }
 

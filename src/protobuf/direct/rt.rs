@@ -49,7 +49,7 @@ pub(super) fn look<'a>(p: P<'a>, json: &str) -> Look<'a> {
         None => Keep(None),
         Some(node) => match node.child(json) {
             None => Keep(None),
-            Some(Child::Drop) => Look::Drop,
+            Some(Child::Drop | Child::Check) => Look::Drop,
             Some(Child::Descend(below)) => Keep(Some(below)),
         },
     }
@@ -434,7 +434,7 @@ fn key<'q>(k: &[u8], q: P<'q>) -> Result<Option<(String, P<'q>)>, Error> {
     let k = utf8(k)?;
     let below = match q.and_then(|q| q.child(k)) {
         None => None,
-        Some(Child::Drop) => return Ok(None),
+        Some(Child::Drop | Child::Check) => return Ok(None),
         Some(Child::Descend(below)) => Some(below),
     };
     Ok(Some((k.to_owned(), below)))

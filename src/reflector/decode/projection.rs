@@ -84,6 +84,9 @@ struct Inner {
     /// The paths as given, sorted and deduplicated: what `Debug` and `==` look at.
     paths: Vec<String>,
     root: Node,
+    /// Whether the values at the paths are checked (see [`Projection::checking`]) rather than
+    /// skipped.
+    check: bool,
 }
 
 impl fmt::Debug for Projection {
@@ -166,6 +169,40 @@ impl Projection {
     ///
     /// [`ProjectionError`] when `path` is not valid.
     pub fn drop_path(self, path: &str) -> Result<Self, ProjectionError> {
+        let check = self.inner.as_ref().is_some_and(|i| i.check);
+        self.add_path(path, check)
+    }
+
+    /// A projection that hides the value at `path` from the object's type, as
+    /// [`drop_path`](Self::drop_path) does, but reads it as strictly as a `serde_json::Value`
+    /// would be read (every string's escapes and UTF-8, every number's range, serde_json's
+    /// nesting limit and its `RawValue` key) without building it. Where the type would take any
+    /// JSON value there (a `serde_json::Value`, like k8s-openapi's `FieldsV1`), a decode through
+    /// it fails exactly where a full decode would, at less cost: it checks that an object
+    /// decodes. Paths added to it with [`drop_path`](Self::drop_path) are checked too.
+    ///
+    /// ```
+    /// use k8s_openapi::api::core::v1::Pod;
+    /// use kube_informer::reflector::decode::Projection;
+    ///
+    /// let check = Projection::checking("metadata.managedFields[*].fieldsV1")?;
+    /// let good = br#"{"metadata":{"name":"a","managedFields":[{"fieldsV1":{"f:data":{}}}]}}"#;
+    /// let pod: Pod = check.from_slice(good)?;
+    /// assert!(pod.metadata.managed_fields.unwrap()[0].fields_v1.is_none());
+    /// // A lone surrogate, which a `serde_json::Value` refuses (a skipping projection takes it).
+    /// let bad = br#"{"metadata":{"name":"a","managedFields":[{"fieldsV1":"\ud800"}]}}"#;
+    /// assert!(check.from_slice::<Pod>(bad).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ProjectionError`] when `path` is not valid.
+    pub fn checking(path: &str) -> Result<Self, ProjectionError> {
+        Self::none().add_path(path, true)
+    }
+
+    fn add_path(self, path: &str, check: bool) -> Result<Self, ProjectionError> {
         let segments = parse(path)?;
         let fields: Option<Vec<&str>> = segments
             .iter()
@@ -187,10 +224,10 @@ impl Projection {
         }
         let mut root = Node::default();
         for p in &paths {
-            root.insert(&parse(p).expect("validated when added"));
+            root.insert(&parse(p).expect("validated when added"), check);
         }
         Ok(Self {
-            inner: Some(Arc::new(Inner { paths, root })),
+            inner: Some(Arc::new(Inner { paths, root, check })),
         })
     }
 
@@ -396,16 +433,20 @@ pub(crate) struct Node {
 #[derive(Debug)]
 pub(crate) enum Child {
     Drop,
+    /// Hidden like `Drop`, but read as strictly as a `serde_json::Value` (see
+    /// [`Projection::checking`]); the protobuf decoders, which have no JSON to check there, drop
+    /// it.
+    Check,
     Descend(Node),
 }
 
 impl Node {
-    fn insert(&mut self, path: &[Segment]) {
+    fn insert(&mut self, path: &[Segment], check: bool) {
         let Some((first, rest)) = path.split_first() else {
             return;
         };
         match first {
-            Segment::Elements => self.elements.get_or_insert_default().insert(rest),
+            Segment::Elements => self.elements.get_or_insert_default().insert(rest, check),
             Segment::Key(k) => {
                 let at = match self.keys.iter().position(|(key, _)| **key == **k) {
                     Some(at) => at,
@@ -418,9 +459,11 @@ impl Node {
                 let child = &mut self.keys[at].1;
                 match child {
                     // Dropped whole already: nothing below it matters.
-                    Child::Drop => {}
-                    Child::Descend(_) if rest.is_empty() => *child = Child::Drop,
-                    Child::Descend(node) => node.insert(rest),
+                    Child::Drop | Child::Check => {}
+                    Child::Descend(_) if rest.is_empty() => {
+                        *child = if check { Child::Check } else { Child::Drop };
+                    }
+                    Child::Descend(node) => node.insert(rest, check),
                 }
             }
         }
@@ -665,6 +708,10 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for HideMap<'_, A> {
                     self.map.next_value::<IgnoredAny>()?;
                     seed = back;
                 }
+                Some(Key::Checked(back)) => {
+                    self.map.next_value::<Checked>()?;
+                    seed = back;
+                }
                 Some(Key::Kept(key, value)) => {
                     self.value = value;
                     return Ok(Some(key));
@@ -687,6 +734,8 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for HideMap<'_, A> {
 enum Key<'n, S, V> {
     /// Dropped: the seed comes back for the next key.
     Hidden(S),
+    /// Hidden, its value to be checked: the seed comes back for the next key.
+    Checked(S),
     /// Shown: the key as the object's seed decoded it, and what to hide in its value.
     Kept(V, Option<&'n Node>),
 }
@@ -707,6 +756,7 @@ impl<'de, 'n, S: DeserializeSeed<'de>> DeserializeSeed<'de> for KeySeed<'n, S> {
 /// What [`KeySeed`] found a key to be.
 enum Look<'n, S> {
     Drop(S),
+    Check(S),
     Keep(S, Option<&'n Node>),
 }
 
@@ -714,6 +764,7 @@ impl<'n, S> KeySeed<'n, S> {
     fn look(self, key: &str) -> Look<'n, S> {
         match self.node.child(key) {
             Some(Child::Drop) => Look::Drop(self.seed),
+            Some(Child::Check) => Look::Check(self.seed),
             Some(Child::Descend(node)) => Look::Keep(self.seed, Some(node)),
             None => Look::Keep(self.seed, None),
         }
@@ -729,6 +780,7 @@ impl<'n, S> Look<'n, S> {
     {
         match self {
             Look::Drop(seed) => Ok(Key::Hidden(seed)),
+            Look::Check(seed) => Ok(Key::Checked(seed)),
             Look::Keep(seed, node) => seed.deserialize(key()).map(|k| Key::Kept(k, node)),
         }
     }
@@ -753,6 +805,103 @@ impl<'de, 'n, S: DeserializeSeed<'de>> Visitor<'de> for KeySeed<'n, S> {
 
     fn visit_string<E: de::Error>(self, k: String) -> Result<Self::Value, E> {
         self.look(&k).decode(|| k.into_deserializer())
+    }
+}
+
+/// A JSON value read as `serde_json::Value` reads one (`deserialize_any`, so every string is
+/// parsed with its escapes and UTF-8, every number with its range, and nesting counts against
+/// serde_json's limit), and not built: strings are visited borrowed, and nothing is kept.
+struct Checked;
+
+/// The key serde_json's `Value` reads, as an object's first key, as "the JSON text in this
+/// string" (its `raw_value` feature, which this crate enables).
+const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Checked)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Checked, D::Error> {
+        Checked::deserialize(deserializer)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        let Some(first) = map.next_key::<CheckedKey>()? else {
+            return Ok(Checked);
+        };
+        if first.0 {
+            // As `Value` does: the string's text is parsed as a whole JSON document, and the
+            // object ends there.
+            let text: String = map.next_value()?;
+            serde_json::from_str::<Checked>(&text).map_err(de::Error::custom)?;
+            return Ok(Checked);
+        }
+        map.next_value::<Checked>()?;
+        while map.next_key::<CheckedKey>()?.is_some() {
+            map.next_value::<Checked>()?;
+        }
+        Ok(Checked)
+    }
+}
+
+/// An object's key, read as [`Checked`] reads a string; whether it is [`RAW_VALUE_KEY`].
+struct CheckedKey(bool);
+
+impl<'de> Deserialize<'de> for CheckedKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = CheckedKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_str<E: de::Error>(self, k: &str) -> Result<CheckedKey, E> {
+                Ok(CheckedKey(k == RAW_VALUE_KEY))
+            }
+        }
+        deserializer.deserialize_str(V)
     }
 }
 

@@ -825,19 +825,16 @@ impl<K> Compact<K> {
 type Handoffs<K> = std::collections::HashMap<ObjectKey, Vec<(Weak<K>, Blob)>>;
 
 /// What checks that listed JSON of a k8s-openapi kind decodes ([`Storage::store_checked`]): a
-/// decode that skips each `managedFields` entry's `fieldsV1`, which k8s-openapi decodes as any
-/// JSON value (a `serde_json::Value`). The skipped value's syntax is still read, so the check
-/// fails where a decode would, for about 0.7× the cost on a Pod with managedFields (26.5 against
-/// 37.1 µs a bench/src/podgen.rs Pod, `cargo bench --bench projection`). Two kinds of input pass it that a decode refuses,
-/// both of which Go's JSON encoder, and so kube-apiserver, never writes: a string in `fieldsV1`
-/// that is not UTF-8, and a `fieldsV1` nested deeper than serde_json's limit of 128. Such an
-/// object is stored, fails to decode when read, and is logged and counted as a protobuf item
-/// stored undecoded is (see [`StorageError`]).
+/// decode through [`Projection::checking`](crate::reflector::decode::Projection::checking),
+/// which reads each `managedFields` entry's `fieldsV1` as strictly as the `serde_json::Value`
+/// k8s-openapi decodes it into, but does not build it. So the check fails exactly where a
+/// decode would (with serde_json as this crate uses it: its `arbitrary_precision` feature,
+/// turned on elsewhere in a build, changes how a `Value` reads numbers), at less cost on a Pod
+/// with managedFields (see `cargo bench --bench projection`, `relist check`).
 fn json_check() -> &'static crate::reflector::decode::Projection {
     static CHECK: std::sync::LazyLock<crate::reflector::decode::Projection> =
         std::sync::LazyLock::new(|| {
-            crate::reflector::decode::Projection::none()
-                .drop_path("metadata.managedFields[*].fieldsV1")
+            crate::reflector::decode::Projection::checking("metadata.managedFields[*].fieldsV1")
                 .expect("a valid path")
         });
     &CHECK

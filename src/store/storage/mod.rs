@@ -76,12 +76,13 @@ pub struct CacheStats {
     /// packed before the first dictionary was trained are re-compressed with it, bytes to
     /// bytes): unpacked ones, and those an in-order relist stored as they were packed, without
     /// decoding them (see [`Packed`]; a decode there for an index counts in
-    /// [`decodes`](Self::decodes)).
+    /// [`decodes`](Self::decodes)) or once checked (see [`checked`](Self::checked)).
     pub kept_packed: u64,
     /// Of those, the JSON objects of a k8s-openapi kind (one with a generated protobuf decoder)
     /// that an in-order relist checked before it stored them as they were packed: decoded with
-    /// each `managedFields` entry's `fieldsV1` skipped (k8s-openapi takes any JSON value there),
-    /// at about 0.7× a decode's cost, and dropped.
+    /// each `managedFields` entry's `fieldsV1` read but not built (k8s-openapi takes any JSON
+    /// value there; see [`Projection::checking`](crate::reflector::decode::Projection::checking)),
+    /// and dropped.
     pub checked: u64,
 }
 

@@ -1194,8 +1194,11 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
             // Wrong in a managedFields entry beside `fieldsV1`: the check sees it.
             br#"{"metadata":{"name":"bad-entry","namespace":"ns-0","managedFields":[{"fieldsV1":{},"time":5}]}}"#
                 .to_vec(),
-            // Not JSON inside `fieldsV1`: skipping it still reads its syntax.
+            // Not JSON inside `fieldsV1`, or JSON a `serde_json::Value` refuses (a lone
+            // surrogate): the check reads it as strictly as a decode.
             br#"{"metadata":{"name":"bad-syntax","namespace":"ns-0","managedFields":[{"fieldsV1":{"a":}}]}}"#
+                .to_vec(),
+            br#"{"metadata":{"name":"bad-value","namespace":"ns-0","managedFields":[{"fieldsV1":{"\ud800":1}}]}}"#
                 .to_vec(),
         ])
         .collect();
@@ -1203,7 +1206,7 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
         .iter()
         .map(|b| Arc::new(serde_json::from_slice(b).unwrap()))
         .collect();
-    let bad = ["bad", "bad-entry", "bad-syntax"].map(|name| ListedMeta {
+    let bad = ["bad", "bad-entry", "bad-syntax", "bad-value"].map(|name| ListedMeta {
         namespace: Some("ns-0".into()),
         name: Some(name.into()),
         ..ListedMeta::default()
@@ -1235,7 +1238,7 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
         sorted_keys(undecodable.into_iter().map(|(key, _)| key).collect())
     };
     let want_left_out = sorted_keys(
-        ["bad", "bad-entry", "bad-syntax"]
+        ["bad", "bad-entry", "bad-syntax", "bad-value"]
             .map(|name| ObjectKey::new(Some("ns-0"), name).unwrap())
             .to_vec(),
     );
@@ -1255,7 +1258,7 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
         (40, 40, 0, 0),
         "{stats:?}"
     );
-    assert_eq!(stats.decode_errors, 3, "{stats:?}");
+    assert_eq!(stats.decode_errors, 4, "{stats:?}");
     read_beside_the_bytes(&store);
     // What is read back is the whole object, `fieldsV1` and all.
     assert_eq!(by_key(store.list()), by_key(want.clone()));
@@ -1270,7 +1273,7 @@ fn a_relist_stores_packed_protobuf_objects_undecoded_unless_an_index_needs_them(
     let stats = store.stats();
     assert_eq!(
         (stats.checked, stats.unpacks, stats.decode_errors),
-        (0, 40, 3),
+        (0, 40, 4),
         "{stats:?}"
     );
     assert_eq!(sorted_keys(store.index_keys("tier", "a").unwrap()), want_a);

@@ -475,3 +475,67 @@ fn watch_objects_are_projected_in_either_field_order_and_bookmarks_are_not() {
     let bad = br#"{"type":"ADDED","object":{"metadata":{"name":"a","managedFields":[}}}"#;
     assert!(decode_watch_event_projected::<ConfigMap>(bad, &p).is_err());
 }
+
+/// A checking projection (what an in-order relist into a Compact cache checks listed JSON with)
+/// refuses exactly what a decode that builds the value as a `serde_json::Value` refuses, and the
+/// object it gives is the decoded one without the value.
+#[test]
+fn a_checked_value_fails_exactly_where_a_value_decode_would() {
+    let check = Projection::checking("metadata.managedFields[*].fieldsV1").unwrap();
+    let nested =
+        |depth: usize, leaf: &str| format!("{}{leaf}{}", "[".repeat(depth), "]".repeat(depth));
+    let fields_v1 = [
+        // Taken by a decode.
+        r#"{"f:metadata":{"f:labels":{".":{},"f:app":{}}}}"#.to_owned(),
+        r#"[1, -2, 3.5e10, "x\n\u00e9", true, null, {"k": [[]]}]"#.to_owned(),
+        r#"{"dup": 1, "dup": 2}"#.to_owned(),
+        r#""\ud83d\ude00""#.to_owned(),
+        r#"{"$serde_json::private::RawValue": "{\"a\": [1, 2]}"}"#.to_owned(),
+        r#"{"a": 1, "$serde_json::private::RawValue": 5}"#.to_owned(),
+        nested(100, "1"),
+        // Refused by a decode: a lone surrogate, a number out of range, the raw-value key with
+        // something else than JSON text, nesting past serde_json's limit.
+        r#""\ud800""#.to_owned(),
+        r#"{"\udc00": 1}"#.to_owned(),
+        "1e400".to_owned(),
+        r#"{"$serde_json::private::RawValue": 1}"#.to_owned(),
+        r#"{"$serde_json::private::RawValue": "{\"a\":"}"#.to_owned(),
+        r#"{"$serde_json::private::RawValue": "1", "b": 2}"#.to_owned(),
+        nested(130, "1"),
+        // Not JSON.
+        r#"{"a":}"#.to_owned(),
+    ];
+    let mut refused = 0;
+    for fields in &fields_v1 {
+        let json = format!(
+            r#"{{"metadata":{{"name":"p","namespace":"n","managedFields":[{{"manager":"m","fieldsV1":{fields}}}]}}}}"#
+        );
+        let decoded = serde_json::from_str::<Pod>(&json);
+        let checked = check.from_slice::<Pod>(json.as_bytes());
+        assert_eq!(checked.is_ok(), decoded.is_ok(), "{fields}: {decoded:?}");
+        if let (Ok(checked), Ok(mut decoded)) = (checked, decoded) {
+            for entry in decoded.metadata.managed_fields.iter_mut().flatten() {
+                entry.fields_v1 = None;
+            }
+            assert_eq!(checked, decoded, "{fields}");
+        } else {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 8);
+    // Not UTF-8 inside the value: refused as a decode refuses it.
+    let mut bytes = br#"{"metadata":{"name":"p","managedFields":[{"fieldsV1":{"k":""#.to_vec();
+    bytes.extend([0xff, 0xfe]);
+    bytes.extend(br#""}}]}}"#);
+    assert!(serde_json::from_slice::<Pod>(&bytes).is_err());
+    assert!(check.from_slice::<Pod>(&bytes).is_err());
+    // A skipping projection takes all of these, which is why the check does not skip.
+    let skip = Projection::none()
+        .drop_path("metadata.managedFields[*].fieldsV1")
+        .unwrap();
+    assert!(skip.from_slice::<Pod>(&bytes).is_ok());
+    // Paths added to a checking projection are checked too.
+    let both = check.drop_path("metadata.annotations").unwrap();
+    let json = r#"{"metadata":{"name":"p","annotations":{"a":"\ud800"}}}"#;
+    assert!(both.from_slice::<Pod>(json.as_bytes()).is_err());
+}
