@@ -807,6 +807,19 @@ impl<K> Compact<K> {
         }
     }
 
+    /// The slot for a packed `blob` kept as it is ([`Storage::store_packed`] and
+    /// [`Storage::store_checked`]), with its `meta`, counted in.
+    fn packed_slot(&self, key: &ObjectKey, blob: Blob, meta: SlotMeta) -> CompactSlot<K> {
+        self.counters.kept_packed.fetch_add(1, Relaxed);
+        let slot = CompactSlot {
+            body: Body::Compressed(Arc::new(self.kept(key, blob))),
+            meta,
+            shared: Mutex::new(Shared::none()),
+        };
+        self.count_in(&slot);
+        slot
+    }
+
     fn count_in(&self, slot: &CompactSlot<K>) {
         let (stored, encoded) = slot.stored_bytes();
         self.counters.stored_bytes.fetch_add(stored, Relaxed);
@@ -1045,20 +1058,28 @@ fn decode_blob<K: DeserializeOwned + 'static, T>(
     blob: &Blob,
     also: impl FnOnce(&[u8]) -> T,
 ) -> Result<(Arc<K>, T), StorageError> {
-    blob.decompressed(|raw| {
+    read_blob(key, blob, |raw| {
         let obj = blob.encoding.decode::<K>(raw)?;
-        Ok((Arc::new(obj), also(raw)))
+        Ok::<_, crate::reflector::decode::DecodeError>((Arc::new(obj), also(raw)))
     })
-    .map_err(|e| StorageError::Decompress {
-        key: key.clone(),
-        reason: e.to_string(),
-    })?
-    .map_err(
-        |e: crate::reflector::decode::DecodeError| StorageError::Decode {
+}
+
+/// `read` of `blob`'s decompressed bytes; a failure to decompress, or `read`'s own (a decode),
+/// as the storage reports it for `key`.
+fn read_blob<T, E: std::fmt::Display>(
+    key: &ObjectKey,
+    blob: &Blob,
+    read: impl FnOnce(&[u8]) -> Result<T, E>,
+) -> Result<T, StorageError> {
+    blob.decompressed(read)
+        .map_err(|e| StorageError::Decompress {
             key: key.clone(),
             reason: e.to_string(),
-        },
-    )
+        })?
+        .map_err(|e| StorageError::Decode {
+            key: key.clone(),
+            reason: e.to_string(),
+        })
 }
 
 impl<K> Compact<K>
@@ -1276,14 +1297,7 @@ where
             } => (blob, meta),
             body => return Err(body),
         };
-        self.counters.kept_packed.fetch_add(1, Relaxed);
-        let slot = CompactSlot {
-            body: Body::Compressed(Arc::new(self.kept(key, blob))),
-            meta,
-            shared: Mutex::new(Shared::none()),
-        };
-        self.count_in(&slot);
-        Ok(slot)
+        Ok(self.packed_slot(key, blob, meta))
     }
 
     fn store_checked(
@@ -1307,24 +1321,13 @@ where
         let trained = (blob.codec.generation == 0)
             .then(|| self.trained_codec())
             .flatten();
-        let checked = blob
-            .decompressed(|raw| {
-                let obj: K = json_check().from_slice(raw).map_err(|e| redacted(&e))?;
-                let recoded = trained
-                    .as_ref()
-                    .and_then(|codec| logged_recode(key, blob.recoded(raw, codec)));
-                Ok::<_, String>((meta_of(&obj), recoded))
-            })
-            .map_err(|e| StorageError::Decompress {
-                key: key.clone(),
-                reason: e.to_string(),
-            })
-            .and_then(|checked| {
-                checked.map_err(|reason| StorageError::Decode {
-                    key: key.clone(),
-                    reason,
-                })
-            });
+        let checked = read_blob(key, &blob, |raw| {
+            let obj: K = json_check().from_slice(raw).map_err(|e| redacted(&e))?;
+            let recoded = trained
+                .as_ref()
+                .and_then(|codec| logged_recode(key, blob.recoded(raw, codec)));
+            Ok::<_, String>((meta_of(&obj), recoded))
+        });
         let (meta, recoded) = match checked {
             Ok(checked) => checked,
             Err(e) => {
@@ -1333,14 +1336,7 @@ where
             }
         };
         self.counters.checked.fetch_add(1, Relaxed);
-        self.counters.kept_packed.fetch_add(1, Relaxed);
-        let slot = CompactSlot {
-            body: Body::Compressed(Arc::new(self.kept(key, recoded.unwrap_or(blob)))),
-            meta,
-            shared: Mutex::new(Shared::none()),
-        };
-        self.count_in(&slot);
-        Ok(Ok(slot))
+        Ok(Ok(self.packed_slot(key, recoded.unwrap_or(blob), meta)))
     }
 
     fn decode_bytes(&self, key: &ObjectKey, bytes: ItemBytes<'_>) -> Result<Arc<K>, StorageError> {
