@@ -81,7 +81,7 @@ pub struct Projection {
 }
 
 struct Inner {
-    /// The paths as given, sorted and deduplicated: what `Debug` and `==` look at.
+    /// The paths as given, sorted and deduplicated: what `Debug` and `==` look at, with `check`.
     paths: Vec<String>,
     root: Node,
     /// Whether the values at the paths are checked (see [`Projection::checking`]) rather than
@@ -91,13 +91,18 @@ struct Inner {
 
 impl fmt::Debug for Projection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_checking() {
+            f.write_str("checking ")?;
+        }
         f.debug_set().entries(self.paths()).finish()
     }
 }
 
+/// Equal when they hide the same paths the same way (both [checking](Projection::checking)
+/// or both dropping).
 impl PartialEq for Projection {
     fn eq(&self, other: &Self) -> bool {
-        self.paths().eq(other.paths())
+        self.is_checking() == other.is_checking() && self.paths().eq(other.paths())
     }
 }
 
@@ -169,7 +174,7 @@ impl Projection {
     ///
     /// [`ProjectionError`] when `path` is not valid.
     pub fn drop_path(self, path: &str) -> Result<Self, ProjectionError> {
-        let check = self.inner.as_ref().is_some_and(|i| i.check);
+        let check = self.is_checking();
         self.add_path(path, check)
     }
 
@@ -229,6 +234,12 @@ impl Projection {
         Ok(Self {
             inner: Some(Arc::new(Inner { paths, root, check })),
         })
+    }
+
+    /// Whether it reads what it hides as strictly as a `serde_json::Value` would
+    /// ([`checking`](Self::checking)) rather than skipping it.
+    pub fn is_checking(&self) -> bool {
+        self.inner.as_ref().is_some_and(|i| i.check)
     }
 
     /// Whether it drops nothing.

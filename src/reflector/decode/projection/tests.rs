@@ -175,6 +175,16 @@ fn projections_compare_by_their_sorted_distinct_paths() {
         Projection::from_paths(Vec::<String>::new()).unwrap(),
         Projection::none()
     );
+    // The same paths checked and dropped differ: one refuses what the other takes.
+    let checked = Projection::checking("a").unwrap().drop_path("b.c").unwrap();
+    assert!(checked.is_checking() && !a.is_checking());
+    assert_ne!(checked, a);
+    assert_eq!(checked.paths().collect::<Vec<_>>(), ["a", "b.c"]);
+    assert_eq!(format!("{checked:?}"), r#"checking {"a", "b.c"}"#);
+    assert_eq!(
+        checked,
+        Projection::checking("b.c").unwrap().drop_path("a").unwrap()
+    );
 }
 
 #[test]
