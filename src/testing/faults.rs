@@ -43,6 +43,8 @@ pub(crate) struct FaultState {
     malformed: AtomicUsize,
     truncated: AtomicUsize,
     pub(crate) stalled: watch::Sender<bool>,
+    /// Bytes whose first byte protobuf list bodies have garbled ([`Faults::garble_protobuf_lists`]).
+    garbled: Mutex<Option<Vec<u8>>>,
 }
 
 impl FaultState {
@@ -53,7 +55,23 @@ impl FaultState {
             malformed: AtomicUsize::new(0),
             truncated: AtomicUsize::new(0),
             stalled: watch::Sender::new(false),
+            garbled: Mutex::new(None),
         }
+    }
+
+    /// A protobuf list body as the garbling fault leaves it.
+    pub(crate) fn garble_protobuf_list(&self, body: bytes::Bytes) -> bytes::Bytes {
+        let garbled = self.garbled.lock();
+        let Some(marker) = garbled.as_deref().filter(|m| !m.is_empty()) else {
+            return body;
+        };
+        let mut body = body.to_vec();
+        let mut at = 0;
+        while let Some(i) = body[at..].windows(marker.len()).position(|w| w == marker) {
+            body[at + i] = 0xff;
+            at += i + marker.len();
+        }
+        body.into()
     }
 
     /// The status to fail this request with, consuming one use of the first matching rule.
@@ -174,10 +192,21 @@ impl Faults {
         self.shared.conn_abort.send_modify(|g| *g += 1);
     }
 
+    /// Garbles every protobuf list body served from now on (until [`clear`](Self::clear)):
+    /// wherever the bytes of `marker` occur, their first byte becomes `0xff`. With a marker
+    /// inside a string value (say `"\u{1}bad"` in a ConfigMap's data) that string is no longer
+    /// UTF-8, as a client that writes protobuf without checking can store it: kube-apiserver's
+    /// protobuf encoding does not check strings, and its JSON encoding would replace the byte.
+    /// The framing and the metadata stay readable; the object no longer decodes.
+    pub fn garble_protobuf_lists(&self, marker: &str) {
+        *self.shared.faults.garbled.lock() = Some(marker.as_bytes().to_vec());
+    }
+
     /// Clears pending request failures, malformed lines, truncated events, the drop-after rule,
-    /// and stalls.
+    /// stalls and garbling.
     pub fn clear(&self) {
         let f = &self.shared.faults;
+        *f.garbled.lock() = None;
         f.fail.lock().clear();
         *f.drop_after.lock() = None;
         f.malformed.store(0, Ordering::SeqCst);

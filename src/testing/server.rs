@@ -691,8 +691,11 @@ fn list(
     } else {
         (info.api_version(), format!("{}List", info.kind))
     };
-    let (bytes, content_type) =
+    let (mut bytes, content_type) =
         wire::list_body(wire, &api_version, &kind, &meta, &items).map_err(encode_failed)?;
+    if wire.protobuf {
+        bytes = shared.faults.garble_protobuf_list(bytes);
+    }
     Ok(bytes_response(200, bytes, content_type))
 }
 
