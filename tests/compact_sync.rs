@@ -266,6 +266,94 @@ async fn a_listed_object_that_does_not_decode_is_left_out(mode: FifoMode) {
     factory.shutdown().await;
 }
 
+/// A listed protobuf object whose bytes frame and carry their metadata but do not decode (a
+/// string that is not UTF-8): the DeltaFIFO decodes it as it is popped and leaves it out; an
+/// in-order relist stores it undecoded, and it is found when the handlers' snapshot is read. In
+/// both, the informer's error handler hears of it once, however many handlers there are,
+/// without the object quoted, and every other object reaches every handler.
+#[tokio::test]
+async fn a_listed_protobuf_object_that_does_not_decode_is_reported_once_in_both_fifos() {
+    for mode in MODES {
+        an_undecodable_protobuf_object_is_reported_once(mode).await;
+    }
+}
+
+async fn an_undecodable_protobuf_object_is_reported_once(mode: FifoMode) {
+    let server = server(true).await;
+    let mut bad = cm(N);
+    bad.metadata.name = Some("bad".into());
+    bad.data = Some(BTreeMap::from([("k".into(), "\u{1}garbled".into())]));
+    server.create(&bad).unwrap();
+    server.faults().garble_protobuf_lists("\u{1}garbled");
+    let factory = SharedInformerFactory::new(server.client(), config(mode));
+    let informer = factory.informer::<ConfigMap>();
+    let reported = Arc::new(Mutex::new(Vec::new()));
+    let sink = reported.clone();
+    informer
+        .set_watch_error_handler(Arc::new(move |e| sink.lock().push(e.to_string())))
+        .unwrap();
+    let adds: Vec<Arc<Mutex<Vec<String>>>> = (0..2).map(|_| Arc::default()).collect();
+    for seen in &adds {
+        let seen = seen.clone();
+        informer
+            .add_event_handler(
+                ResourceEventHandlerFuncs::new()
+                    .on_add(move |c: &Arc<ConfigMap>, _| seen.lock().push(name(c))),
+            )
+            .unwrap();
+    }
+    factory.start();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while adds.iter().any(|a| a.lock().len() < N) || reported.lock().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "{mode:?}: adds or the report missing: {:?}",
+            reported.lock()
+        )
+    });
+    // Whatever is still on its way has had time to arrive.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(all_served(&server, Verb::List, true), "{mode:?}");
+    for seen in &adds {
+        let mut seen = seen.lock().clone();
+        seen.sort();
+        let mut want: Vec<_> = (0..N).map(|i| format!("cm-{i}")).collect();
+        want.sort();
+        assert_eq!(seen, want, "{mode:?}: every other object, the bad one not");
+    }
+    let sink = reported;
+    let reported = sink.lock().clone();
+    assert_eq!(reported.len(), 1, "{mode:?}: {reported:?}");
+    assert!(
+        reported[0].contains("ns-0/bad") && !reported[0].contains("garbled"),
+        "{mode:?}: {reported:?}"
+    );
+    let indexer = informer.indexer();
+    match mode {
+        // Found as it was popped: left out of the cache.
+        FifoMode::DeltaFifo => {
+            assert!(reported[0].contains("does not decode"), "{reported:?}");
+            assert_eq!(indexer.len(), N);
+        }
+        // Stored undecoded, found when read: cached, and a typed error to readers too.
+        _ => {
+            assert!(
+                reported[0].contains("not handed to handlers"),
+                "{reported:?}"
+            );
+            assert_eq!(indexer.len(), N + 1);
+            assert!(indexer.try_get_by_key("ns-0/bad").is_err());
+            // A reader gets the error itself; the error handler is not told again.
+            assert_eq!(sink.lock().len(), 1);
+        }
+    }
+    factory.shutdown().await;
+}
+
 /// What a handler was told, in order: `add`/`update`/`delete`, the key, and for an update the
 /// old and the new object's `body`; for a delete whether it was a tombstone.
 type Seen = Arc<Mutex<Vec<(&'static str, String, String, String)>>>;

@@ -835,13 +835,19 @@ where
         let cache = self.inner.indexer.clone();
         let handler = self.inner.state.lock().error_handler.clone();
         let name = self.inner.name.clone();
-        let report: crate::fifo::UnreadableReport = Arc::new(move |e| {
-            let e = crate::reflector::Error::Store(e);
-            match &handler {
-                Some(h) => h(&e),
-                None => crate::reflector::default_watch_error_handler(&name, &e),
-            }
-        });
+        let tell = move |e: crate::reflector::Error| match &handler {
+            Some(h) => h(&e),
+            None => crate::reflector::default_watch_error_handler(&name, &e),
+        };
+        // And so does a cached object that does not decode when read for the handlers (an
+        // in-order relist stores protobuf items undecoded), from the handler's thread.
+        let tell = Arc::new(tell);
+        let told = Arc::clone(&tell);
+        cache.report_unreadable(Arc::new(move |e| {
+            told(crate::reflector::Error::Unreadable(e));
+        }));
+        let report: crate::fifo::UnreadableReport =
+            Arc::new(move |e| tell(crate::reflector::Error::Store(e)));
         match self.inner.fifo_mode {
             FifoMode::DeltaFifo => {
                 self.run_with(|known, transform| {

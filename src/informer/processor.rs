@@ -119,9 +119,10 @@ impl<K> Note<K> {
     }
 
     /// The event to hand to the handler, its snapshots decoded; `None` if one does not decode
-    /// (logged and counted by the cache; see [`StorageError`](crate::StorageError) for when it
-    /// can happen: a protobuf item an in-order relist stored undecoded whose bytes do not
-    /// decode), except an update's old object, without which
+    /// (logged, counted and reported to the informer's error handler by the cache; see
+    /// [`StorageError`](crate::StorageError) for when it can happen: a protobuf item an
+    /// in-order relist stored undecoded whose bytes do not decode), except an update's old
+    /// object, without which
     /// the update is an add (as [`Indexer::insert`](crate::Indexer::insert) returns no old
     /// object it cannot read).
     pub(crate) fn event(&self) -> Option<std::borrow::Cow<'_, Event<K>>> {

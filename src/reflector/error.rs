@@ -133,6 +133,13 @@ pub enum Error {
     /// A streaming initial list (watch-list) failed; the reflector falls back to list + watch.
     #[error("streaming list failed, falling back to list+watch: {0}")]
     WatchList(#[source] ListWatchError),
+    /// An object the informer's compact cache holds did not decode when its handlers were to
+    /// be told of it, so they were not (see [`StorageError`](crate::StorageError) for when
+    /// this can happen). Reported once per notification, however many handlers share it, from
+    /// the thread of the handler that read it first. The object stays cached, and
+    /// [`Indexer::try_get_by_key`](crate::Indexer::try_get_by_key) returns the same error.
+    #[error("cached object not handed to handlers: {0}")]
+    Unreadable(#[source] crate::StorageError),
 }
 
 impl Error {

@@ -382,10 +382,13 @@ fn check_shard_info(
 }
 
 /// The default watch-error handler: a `tracing` warning (expired versions at debug level and
-/// idle watches at info level, since they are routine).
+/// idle watches at info level, since they are routine; a cached object the handlers could not be
+/// told of at error level).
 pub fn default_watch_error_handler(name: &str, err: &Error) {
     if err.is_expired() {
         tracing::debug!(reflector = name, error = %err, "watch expired; relisting");
+    } else if matches!(err, Error::Unreadable(_)) {
+        tracing::error!(reflector = name, error = %err, "cached object unreadable; handlers not told of it");
     } else if matches!(err, Error::IdleTimeout(_)) {
         // Routine on an idle resource, whose first bookmark can take two minutes.
         tracing::info!(reflector = name, error = %err, "watch silent; restarting it");

@@ -20,7 +20,7 @@ use super::{
     key_of, namespace_index_fn,
     storage::{
         CacheStats, CacheStorage, Packed, PackedBody, SlotMap, Snapshot, Storage, StorageError,
-        decoded::Decoded,
+        UnreadableSink, decoded::Decoded,
     },
 };
 
@@ -226,6 +226,7 @@ trait Backend<K>: Send + Sync {
     fn bookmark(&self, resource_version: &str);
     fn set_resource_version_metric(&self, metric: Arc<dyn crate::workqueue::SettableGaugeMetric>);
     fn stats(&self) -> CacheStats;
+    fn report_unreadable(&self, sink: UnreadableSink);
     fn packs(&self) -> bool;
     fn pack(&self, key: &ObjectKey, obj: &K) -> Option<Packed>;
     fn pack_bytes(
@@ -793,6 +794,10 @@ where
         self.storage.stats()
     }
 
+    fn report_unreadable(&self, sink: UnreadableSink) {
+        self.storage.report_unreadable(sink);
+    }
+
     fn packs(&self) -> bool {
         self.storage.packs()
     }
@@ -1240,6 +1245,12 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// The storage's counters: decodes, objects shared without decoding, bytes held.
     pub fn stats(&self) -> CacheStats {
         self.core.stats()
+    }
+
+    /// Where to report an object of this store's snapshots that does not decode when read for
+    /// handlers ([`Storage::report_unreadable`]); the informer sends it to its error handler.
+    pub(crate) fn report_unreadable(&self, sink: UnreadableSink) {
+        self.core.report_unreadable(sink);
     }
 
     /// Whether this store keeps objects in a form of its own (`CacheStorage::Compact`), so that

@@ -55,7 +55,7 @@ use std::{
     collections::VecDeque,
     sync::{
         Arc, Weak,
-        atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed},
     },
 };
 
@@ -455,6 +455,9 @@ pub(crate) struct Compact<K> {
     /// Whether `K` is a k8s-openapi kind with a generated decoder, so that listed JSON may be
     /// checked rather than decoded ([`Storage::store_checked`]). Found out at the first check.
     checks_json: std::sync::OnceLock<bool>,
+    /// Where a snapshot's object that does not decode is reported
+    /// ([`Storage::report_unreadable`]); shared with every snapshot.
+    unreadable: Arc<Mutex<Option<super::UnreadableSink>>>,
 }
 
 /// How many objects pushed out of the hot ring wait after each release, held or not. A held one
@@ -565,6 +568,7 @@ impl<K> Compact<K> {
             handoff: Mutex::new(std::collections::HashMap::new()),
             generated: Mutex::new(Vec::new()),
             checks_json: std::sync::OnceLock::new(),
+            unreadable: Arc::default(),
             counters: Arc::default(),
             evicted: Mutex::new(VecDeque::new()),
             evicted_len: AtomicUsize::new(0),
@@ -909,6 +913,8 @@ where
                 resource_version: slot.meta.split('\0').next().unwrap_or_default().into(),
                 shared: Mutex::new(weak),
                 counters: Arc::clone(&self.counters),
+                unreadable: Arc::clone(&self.unreadable),
+                reported: AtomicBool::new(false),
             })),
         }
     }
@@ -922,6 +928,10 @@ struct StoredCopy<K> {
     resource_version: Box<str>,
     shared: Mutex<Weak<K>>,
     counters: Arc<Counters>,
+    unreadable: Arc<Mutex<Option<super::UnreadableSink>>>,
+    /// Whether a failure to decode was reported: once per snapshot, however many handlers
+    /// share it and read it.
+    reported: AtomicBool,
 }
 
 impl<K> StoredObject<K> for StoredCopy<K>
@@ -934,9 +944,17 @@ where
             self.counters.shared_hits.fetch_add(1, Relaxed);
             return Ok(obj);
         }
-        let obj = self.decode()?;
-        *shared = Arc::downgrade(&obj);
-        Ok(obj)
+        match self.decode() {
+            Ok(obj) => {
+                *shared = Arc::downgrade(&obj);
+                Ok(obj)
+            }
+            Err(e) => {
+                drop(shared);
+                self.failed(&e);
+                Err(e)
+            }
+        }
     }
 
     fn load_unshared(&self) -> Result<Arc<K>, StorageError> {
@@ -944,7 +962,7 @@ where
             self.counters.shared_hits.fetch_add(1, Relaxed);
             return Ok(obj);
         }
-        self.decode()
+        self.decode().inspect_err(|e| self.failed(e))
     }
 
     fn resource_version(&self) -> Option<&str> {
@@ -968,6 +986,22 @@ impl<K: DeserializeOwned + 'static> StoredCopy<K> {
                 tracing::error!(error = %e, "cached object unreadable");
                 Err(e)
             }
+        }
+    }
+
+    /// Tells the sink, if there is one, that the object does not decode (`e`): the first time
+    /// only, and with no lock held, since it calls user code (a panic in it is logged, and
+    /// reading goes on).
+    fn failed(&self, e: &StorageError) {
+        if self.reported.swap(true, Relaxed) {
+            return;
+        }
+        let Some(sink) = self.unreadable.lock().clone() else {
+            return;
+        };
+        let call = std::panic::AssertUnwindSafe(|| sink(e.clone()));
+        if std::panic::catch_unwind(call).is_err() {
+            tracing::error!(key = %self.key, "the error report panicked; going on");
         }
     }
 }
@@ -1244,6 +1278,10 @@ where
 
     fn packs(&self) -> bool {
         true
+    }
+
+    fn report_unreadable(&self, sink: super::UnreadableSink) {
+        *self.unreadable.lock() = Some(sink);
     }
 
     fn pack(&self, key: &ObjectKey, obj: &K) -> Option<super::PackedBody> {

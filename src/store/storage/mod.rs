@@ -152,6 +152,10 @@ pub(crate) enum PackedBody {
     },
 }
 
+/// Told of a stored object that did not decode when a snapshot of it was read for its handlers
+/// (see [`Storage::report_unreadable`]).
+pub(crate) type UnreadableSink = Arc<dyn Fn(StorageError) + Send + Sync>;
+
 /// An object as a store held it when the snapshot was taken, readable later whatever the store
 /// holds by then: the decoded object itself, or (`CacheStorage::Compact`) its compressed bytes,
 /// decoded when read and shared by every clone of the snapshot while anyone holds the result.
@@ -247,8 +251,9 @@ pub(crate) trait StoredObject<K>: Send + Sync {
 /// [`CacheStats::kept_packed`]) does not decode: `K` is then the k8s-openapi type the server
 /// encoded it from, so only bytes its encoding does not check can do that, such as a string
 /// that is not UTF-8 written by another client in protobuf. Such an object is in the cache, but
-/// its handlers are not called for it and it is not reported to the informer's error handler.
-/// It is never silently lost: every read that meets it logs it, counts it in
+/// its handlers are not called for it: the informer's error handler is told instead
+/// ([`reflector::Error::Unreadable`](crate::reflector::Error::Unreadable)), once per
+/// notification. It is never silently lost: every read that meets it logs it, counts it in
 /// [`CacheStats::decode_errors`], and [`Indexer::try_get_by_key`](super::Indexer::try_get_by_key)
 /// returns it. The message is redacted: it never quotes the object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -445,6 +450,11 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
             reason: "this storage packs nothing".to_owned(),
         })
     }
+
+    /// Where to report a snapshot's object that does not decode when read
+    /// ([`Snapshot::load`]): once per snapshot, on the thread that read it, never under the
+    /// store's lock. Storages whose snapshots always hold the object ignore it.
+    fn report_unreadable(&self, _sink: UnreadableSink) {}
 
     /// The storage's counters (without the object count, which the store adds).
     fn stats(&self) -> CacheStats {
