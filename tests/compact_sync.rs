@@ -285,13 +285,38 @@ async fn an_undecodable_protobuf_object_is_reported_once(mode: FifoMode) {
     bad.data = Some(BTreeMap::from([("k".into(), "\u{1}garbled".into())]));
     server.create(&bad).unwrap();
     server.faults().garble_protobuf_lists("\u{1}garbled");
-    let factory = SharedInformerFactory::new(server.client(), config(mode));
+    // A backlog of 1: the watch's writes go out as snapshots, and a listener that keeps up has
+    // them decoded by the informer, under its locks (the update's old object among them).
+    let config = config(mode).cache_storage(CacheStorage::Compact(
+        CompactConfig::default()
+            .hot_objects(0)
+            .dictionary_samples(50)
+            .decoded_backlog(1),
+    ));
+    let factory = SharedInformerFactory::new(server.client(), config);
     let informer = factory.informer::<ConfigMap>();
     let reported = Arc::new(Mutex::new(Vec::new()));
     let sink = reported.clone();
+    // At its first report the error handler registers a handler: it must not be called with a
+    // lock held that the registration takes (a deadlock). That handler's replay of the cache
+    // is a notification of its own.
+    let (late, registered) = (informer.clone(), Arc::new(Mutex::new(Vec::new())));
+    let registrations = registered.clone();
     informer
-        .set_watch_error_handler(Arc::new(move |e| sink.lock().push(e.to_string())))
+        .set_watch_error_handler(Arc::new(move |e| {
+            let first = {
+                let mut sink = sink.lock();
+                sink.push(e.to_string());
+                sink.len() == 1
+            };
+            if first {
+                let r = late.add_event_handler(ResourceEventHandlerFuncs::new());
+                registrations.lock().push(r.is_ok());
+            }
+        }))
         .unwrap();
+    // The in-order cache keeps the object, so the late handler's replay reports it again.
+    let reports = if mode == FifoMode::DeltaFifo { 1 } else { 2 };
     let adds: Vec<Arc<Mutex<Vec<String>>>> = (0..2).map(|_| Arc::default()).collect();
     for seen in &adds {
         let seen = seen.clone();
@@ -304,7 +329,7 @@ async fn an_undecodable_protobuf_object_is_reported_once(mode: FifoMode) {
     }
     factory.start();
     tokio::time::timeout(Duration::from_secs(30), async {
-        while adds.iter().any(|a| a.lock().len() < N) || reported.lock().is_empty() {
+        while adds.iter().any(|a| a.lock().len() < N) || reported.lock().len() < reports {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -325,11 +350,14 @@ async fn an_undecodable_protobuf_object_is_reported_once(mode: FifoMode) {
         want.sort();
         assert_eq!(seen, want, "{mode:?}: every other object, the bad one not");
     }
+    assert_eq!(*registered.lock(), [true], "{mode:?}");
     let sink = reported;
     let reported = sink.lock().clone();
-    assert_eq!(reported.len(), 1, "{mode:?}: {reported:?}");
+    assert_eq!(reported.len(), reports, "{mode:?}: {reported:?}");
     assert!(
-        reported[0].contains("ns-0/bad") && !reported[0].contains("garbled"),
+        reported
+            .iter()
+            .all(|e| e.contains("ns-0/bad") && !e.contains("garbled")),
         "{mode:?}: {reported:?}"
     );
     let indexer = informer.indexer();
@@ -348,9 +376,27 @@ async fn an_undecodable_protobuf_object_is_reported_once(mode: FifoMode) {
             assert_eq!(indexer.len(), N + 1);
             assert!(indexer.try_get_by_key("ns-0/bad").is_err());
             // A reader gets the error itself; the error handler is not told again.
-            assert_eq!(sink.lock().len(), 1);
+            assert_eq!(sink.lock().len(), reports);
         }
     }
+    // Written again, and watched: the handlers are told of it as an add (its old version
+    // does not decode), and that is not reported, so nothing is called under the informer's
+    // locks.
+    let mut fixed = cm(N);
+    fixed.metadata.name = Some("bad".into());
+    let fixed = server.update(&fixed).unwrap();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while adds.iter().any(|a| a.lock().len() < N + 1) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{mode:?}: likely deadlocked: {:?}", sink.lock()));
+    for seen in &adds {
+        assert_eq!(seen.lock().last().map(String::as_str), Some("bad"));
+    }
+    assert_eq!(*indexer.get_by_key("ns-0/bad").unwrap(), fixed);
+    assert_eq!(sink.lock().len(), reports, "{mode:?}: {:?}", sink.lock());
     factory.shutdown().await;
 }
 

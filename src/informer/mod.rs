@@ -641,7 +641,11 @@ where
         Ok(())
     }
 
-    /// Sets the handler that sees every list/watch error.
+    /// Sets the handler that sees every list/watch error, and every object the informer leaves
+    /// out or cannot hand to its handlers. It is called from the informer's tasks and, for
+    /// [`Error::Unreadable`](crate::reflector::Error::Unreadable), from the handlers' threads
+    /// or tasks, possibly at the same time; never with a lock held that registering or removing
+    /// a handler takes.
     ///
     /// # Errors
     ///

@@ -144,7 +144,7 @@ impl<K> Note<K> {
                 // The new object first: if it does not decode, nothing is notified, and the old
                 // one (the same snapshot for a resync) is not decoded for nothing.
                 let new = new.load().ok()?;
-                Event::update_or_add(old.load(), new, *is_in_initial_list)
+                Event::update_or_add(old.load_old(), new, *is_in_initial_list)
             }
             Self::Stored(StoredEvent::Tombstone { key, obj }) => Event::Delete(
                 DeltaObject::DeletedFinalStateUnknown(DeletedFinalStateUnknown {

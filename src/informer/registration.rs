@@ -107,7 +107,7 @@ where
                 match queue.try_pop() {
                     Err(()) => return None,
                     Ok(Some(note)) => {
-                        // A snapshot that does not decode (logged) is skipped.
+                        // A snapshot that does not decode (logged and reported) is skipped.
                         match note.event().map(std::borrow::Cow::into_owned) {
                             Some(ev) => break (ev, note),
                             None => queue.finished(&note),

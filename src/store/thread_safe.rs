@@ -1188,8 +1188,8 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
 
     /// The stored object with this key (`namespace/name` or `name`).
     ///
-    /// A stored object that cannot be read back (see [`StorageError`]; only possible in compact
-    /// mode, and only if memory is corrupted) is logged, counted in
+    /// A stored object that cannot be read back (see [`StorageError`] for when; only possible in
+    /// compact mode) is logged, counted in
     /// [`CacheStats::decode_errors`] and answered as absent; [`try_get_by_key`](Self::try_get_by_key)
     /// returns the error instead.
     pub fn get_by_key(&self, key: &str) -> Option<Arc<K>> {

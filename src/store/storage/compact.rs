@@ -938,7 +938,7 @@ impl<K> StoredObject<K> for StoredCopy<K>
 where
     K: DeserializeOwned + Send + Sync + 'static,
 {
-    fn load(&self) -> Result<Arc<K>, StorageError> {
+    fn load(&self, report: bool) -> Result<Arc<K>, StorageError> {
         let mut shared = self.shared.lock();
         if let Some(obj) = shared.upgrade() {
             self.counters.shared_hits.fetch_add(1, Relaxed);
@@ -951,7 +951,9 @@ where
             }
             Err(e) => {
                 drop(shared);
-                self.failed(&e);
+                if report {
+                    self.failed(&e);
+                }
                 Err(e)
             }
         }
@@ -962,7 +964,7 @@ where
             self.counters.shared_hits.fetch_add(1, Relaxed);
             return Ok(obj);
         }
-        self.decode().inspect_err(|e| self.failed(e))
+        self.decode()
     }
 
     fn resource_version(&self) -> Option<&str> {

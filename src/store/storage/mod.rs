@@ -184,17 +184,30 @@ impl<K> Snapshot<K> {
     /// # Errors
     ///
     /// The stored form does not decode (see [`StorageError`]; counted and logged by the
-    /// storage).
+    /// storage, and the first time reported to the storage's
+    /// [sink](Storage::report_unreadable), since the handlers will not be told of the object).
+    /// Call it with no lock held that the informer's error handler may take.
     pub(crate) fn load(&self) -> Result<Arc<K>, StorageError> {
         match self {
             Self::Decoded(obj) => Ok(Arc::clone(obj)),
-            Self::Stored(s) => s.load(),
+            Self::Stored(s) => s.load(true),
         }
     }
 
-    /// [`load`](Self::load), without keeping the decoded object for the snapshot's other
-    /// readers: for a read made for someone else than the snapshot's holders (whose copy of the
-    /// snapshot would otherwise pin the object's allocation once it is dropped).
+    /// [`load`](Self::load) of an update's old object, not reported when it fails: the handlers
+    /// are still told of the new object (as an add, as
+    /// [`Indexer::insert`](crate::Indexer::insert) returns no old object it cannot read).
+    pub(crate) fn load_old(&self) -> Result<Arc<K>, StorageError> {
+        match self {
+            Self::Decoded(obj) => Ok(Arc::clone(obj)),
+            Self::Stored(s) => s.load(false),
+        }
+    }
+
+    /// [`load_old`](Self::load_old), without keeping the decoded object for the snapshot's
+    /// other readers: for a read made for someone else than the snapshot's holders (whose copy
+    /// of the snapshot would otherwise pin the object's allocation once it is dropped). Not
+    /// reported either: the informer reads so under its locks.
     pub(crate) fn load_unshared(&self) -> Result<Arc<K>, StorageError> {
         match self {
             Self::Decoded(obj) => Ok(Arc::clone(obj)),
@@ -232,10 +245,11 @@ impl<K> Snapshot<K> {
 
 /// A stored form of one object, kept apart from the store (see [`Snapshot::Stored`]).
 pub(crate) trait StoredObject<K>: Send + Sync {
-    /// The object decoded, or the one decoded before if someone still holds it.
-    fn load(&self) -> Result<Arc<K>, StorageError>;
+    /// The object decoded, or the one decoded before if someone still holds it; a failure
+    /// reported (the first time) if `report`.
+    fn load(&self, report: bool) -> Result<Arc<K>, StorageError>;
 
-    /// [`load`](Self::load), without keeping what it decodes for later loads.
+    /// [`load`](Self::load), without keeping what it decodes for later loads, nor reporting.
     fn load_unshared(&self) -> Result<Arc<K>, StorageError>;
 
     /// Its resourceVersion.
