@@ -16,6 +16,8 @@ use crate::{
 };
 
 /// Reports a packed object that did not decode when popped (as [`FifoError::Undecodable`]).
+/// Called from Pop with no lock held; a panic in it unwinds into Pop, so the informer's report
+/// catches its user's.
 pub(crate) type UnreadableReport = Arc<dyn Fn(FifoError) + Send + Sync>;
 
 /// An object handed over as its bytes, made ready to hold ([`from_bytes`]).
@@ -117,9 +119,9 @@ pub(super) fn from_bytes<K: Resource + Send + Sync + 'static>(
     }
 }
 
-/// Logs a packed object that did not decode as it was popped, and tells `report` (a panic in
-/// it is caught and logged). The caller drops the object and its cached version goes, as for
-/// an undecodable object of a decoded list or watch.
+/// Logs a packed object that did not decode as it was popped, and tells `report` (the informer's,
+/// which catches a panic in the user's handler). The caller drops the object and its cached
+/// version goes, as for an undecodable object of a decoded list or watch.
 pub(super) fn report_undecodable(
     report: Option<&UnreadableReport>,
     key: &ObjectKey,
@@ -131,8 +133,5 @@ pub(super) fn report_undecodable(
         key: key.clone(),
         error: e.to_string(),
     };
-    let call = std::panic::AssertUnwindSafe(|| report(error));
-    if std::panic::catch_unwind(call).is_err() {
-        tracing::error!(key = %key, "the error report panicked; going on");
-    }
+    report(error);
 }

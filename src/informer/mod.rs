@@ -839,13 +839,24 @@ where
         let cache = self.inner.indexer.clone();
         let handler = self.inner.state.lock().error_handler.clone();
         let name = self.inner.name.clone();
-        let tell = move |e: crate::reflector::Error| match &handler {
-            Some(h) => h(&e),
-            None => crate::reflector::default_watch_error_handler(&name, &e),
-        };
+        // Both reports reach the user's code here, so a panic in it is caught here, once, and
+        // the FIFO or the read that reported goes on.
+        let tell = Arc::new(move |e: crate::reflector::Error| {
+            let call = || match &handler {
+                Some(h) => h(&e),
+                None => crate::reflector::default_watch_error_handler(&name, &e),
+            };
+            if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
+                tracing::error!(
+                    informer = %name,
+                    error = %e,
+                    panic = %crate::panic_message(&*panic),
+                    "the watch-error handler panicked; going on"
+                );
+            }
+        });
         // And so does a cached object that does not decode when read for the handlers (an
         // in-order relist stores protobuf items undecoded), from the handler's thread.
-        let tell = Arc::new(tell);
         let told = Arc::clone(&tell);
         cache.report_unreadable(Arc::new(move |e| {
             told(crate::reflector::Error::Unreadable(e));

@@ -992,8 +992,8 @@ impl<K: DeserializeOwned + 'static> StoredCopy<K> {
     }
 
     /// Tells the sink, if there is one, that the object does not decode (`e`): the first time
-    /// only, and with no lock held, since it calls user code (a panic in it is logged, and
-    /// reading goes on).
+    /// only, and with no lock held, since it calls user code (the informer's sink catches a
+    /// panic in it).
     fn failed(&self, e: &StorageError) {
         if self.reported.swap(true, Relaxed) {
             return;
@@ -1001,10 +1001,7 @@ impl<K: DeserializeOwned + 'static> StoredCopy<K> {
         let Some(sink) = self.unreadable.lock().clone() else {
             return;
         };
-        let call = std::panic::AssertUnwindSafe(|| sink(e.clone()));
-        if std::panic::catch_unwind(call).is_err() {
-            tracing::error!(key = %self.key, "the error report panicked; going on");
-        }
+        sink(e.clone());
     }
 }
 

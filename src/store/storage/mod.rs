@@ -153,7 +153,8 @@ pub(crate) enum PackedBody {
 }
 
 /// Told of a stored object that did not decode when a snapshot of it was read for its handlers
-/// (see [`Storage::report_unreadable`]).
+/// (see [`Storage::report_unreadable`]). Called from a handler's thread with no lock held; a
+/// panic in it unwinds into the read, so the informer's sink catches its user's.
 pub(crate) type UnreadableSink = Arc<dyn Fn(StorageError) + Send + Sync>;
 
 /// An object as a store held it when the snapshot was taken, readable later whatever the store
