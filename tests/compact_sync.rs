@@ -284,7 +284,7 @@ async fn an_undecodable_protobuf_object_is_reported_once(mode: FifoMode) {
     bad.metadata.name = Some("bad".into());
     bad.data = Some(BTreeMap::from([("k".into(), "\u{1}garbled".into())]));
     server.create(&bad).unwrap();
-    server.faults().garble_protobuf_lists("\u{1}garbled");
+    server.faults().garble_protobuf("\u{1}garbled");
     // A backlog of 1: the watch's writes go out as snapshots, and a listener that keeps up has
     // them decoded by the informer, under its locks (the update's old object among them).
     let config = config(mode).cache_storage(CacheStorage::Compact(
@@ -299,7 +299,7 @@ async fn an_undecodable_protobuf_object_is_reported_once(mode: FifoMode) {
     let sink = reported.clone();
     // At its first report the error handler registers a handler: it must not be called with a
     // lock held that the registration takes (a deadlock). That handler's replay of the cache
-    // is a notification of its own.
+    // is a notification of its own. Then it panics, which must stop nothing.
     let (late, registered) = (informer.clone(), Arc::new(Mutex::new(Vec::new())));
     let registrations = registered.clone();
     informer
@@ -312,6 +312,7 @@ async fn an_undecodable_protobuf_object_is_reported_once(mode: FifoMode) {
             if first {
                 let r = late.add_event_handler(ResourceEventHandlerFuncs::new());
                 registrations.lock().push(r.is_ok());
+                panic!("the error handler's first report panics");
             }
         }))
         .unwrap();

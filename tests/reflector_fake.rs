@@ -619,6 +619,67 @@ async fn undecodable_objects_are_reported_and_left_out_without_a_retry_loop() {
     h.stop().await;
 }
 
+/// The same in protobuf, for the one kind of undecodable object kube-apiserver can hold: a string
+/// that is not UTF-8, which protobuf's wire format allows and a client writing protobuf can
+/// store. The list and the watch go on past it, as for JSON's objects that do not fit.
+#[tokio::test]
+async fn protobuf_strings_that_are_not_utf8_are_reported_and_left_out_without_a_retry_loop() {
+    let s = server_with(3).await;
+    s.set_protobuf_supported(true);
+    s.faults().garble_protobuf("\u{1}garbled");
+    let bad = |name: &str| {
+        let mut c = cm("default", name, "0");
+        c.data = Some([("k".to_owned(), "\u{1}garbled".to_owned())].into());
+        c
+    };
+    // One in the initial list...
+    s.create(&bad("bad-listed")).unwrap();
+    let mut h = Harness::new(&s, fast_reflector());
+    h.start_synced().await;
+    let indexer = h.informer.indexer();
+    assert!(indexer.get_by_key("default/bad-listed").is_none());
+    assert!(indexer.get_by_key("default/cm-00001").is_some());
+    // ...and a cached object modified into one on the watch.
+    let mut garbled = bad("cm-00000");
+    garbled.metadata.resource_version = None;
+    s.update(&garbled).unwrap();
+    s.create(&cm("default", "after-bad", "1")).unwrap();
+    eventually("the good object after the bad one", LONG, || {
+        indexer
+            .get_by_key("default/after-bad")
+            .is_none()
+            .then(|| "not yet".to_owned())
+    })
+    .await;
+    assert!(
+        indexer.get_by_key("default/cm-00000").is_none(),
+        "a cached object whose new version does not decode is removed, not left stale"
+    );
+    let errors = h.errors();
+    let undecodable: Vec<_> = errors
+        .iter()
+        .filter(|e| e.contains("does not decode"))
+        .collect();
+    assert_eq!(undecodable.len(), 2, "each reported once: {errors:?}");
+    for key in ["default/bad-listed", "default/cm-00000"] {
+        assert!(undecodable.iter().any(|e| e.contains(key)), "{errors:?}");
+    }
+    assert!(
+        undecodable.iter().all(|e| !e.contains("garbled")),
+        "redacted: {errors:?}"
+    );
+    assert!(
+        s.requests()
+            .iter()
+            .filter(|r| matches!(r.verb, Verb::List | Verb::Watch))
+            .all(RecordedRequest::served_protobuf),
+        "served in protobuf"
+    );
+    assert_eq!(lists(&s).len(), 1, "no relist");
+    assert_eq!(watches(&s).len(), 1, "no re-watch: the watch moved past it");
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn relist_keeps_the_cached_object_of_every_unchanged_item() {
     let s = server_with(5).await;

@@ -43,7 +43,7 @@ pub(crate) struct FaultState {
     malformed: AtomicUsize,
     truncated: AtomicUsize,
     pub(crate) stalled: watch::Sender<bool>,
-    /// Bytes whose first byte protobuf list bodies have garbled ([`Faults::garble_protobuf_lists`]).
+    /// Bytes whose first byte protobuf bodies have garbled ([`Faults::garble_protobuf`]).
     garbled: Mutex<Option<Vec<u8>>>,
 }
 
@@ -59,8 +59,8 @@ impl FaultState {
         }
     }
 
-    /// A protobuf list body as the garbling fault leaves it.
-    pub(crate) fn garble_protobuf_list(&self, body: bytes::Bytes) -> bytes::Bytes {
+    /// A protobuf list body or watch frame as the garbling fault leaves it.
+    pub(crate) fn garble_protobuf(&self, body: bytes::Bytes) -> bytes::Bytes {
         let garbled = self.garbled.lock();
         let Some(marker) = garbled.as_deref().filter(|m| !m.is_empty()) else {
             return body;
@@ -192,13 +192,14 @@ impl Faults {
         self.shared.conn_abort.send_modify(|g| *g += 1);
     }
 
-    /// Garbles every protobuf list body served from now on (until [`clear`](Self::clear)):
-    /// wherever the bytes of `marker` occur, their first byte becomes `0xff`. With a marker
+    /// Garbles every protobuf list body and watch frame served from now on (until
+    /// [`clear`](Self::clear)): wherever the bytes of `marker` occur, their first byte becomes
+    /// `0xff`. With a marker
     /// inside a string value (say `"\u{1}bad"` in a ConfigMap's data) that string is no longer
     /// UTF-8, as a client that writes protobuf without checking can store it: kube-apiserver's
     /// protobuf encoding does not check strings, and its JSON encoding would replace the byte.
     /// The framing and the metadata stay readable; the object no longer decodes.
-    pub fn garble_protobuf_lists(&self, marker: &str) {
+    pub fn garble_protobuf(&self, marker: &str) {
         *self.shared.faults.garbled.lock() = Some(marker.as_bytes().to_vec());
     }
 

@@ -694,7 +694,7 @@ fn list(
     let (mut bytes, content_type) =
         wire::list_body(wire, &api_version, &kind, &meta, &items).map_err(encode_failed)?;
     if wire.protobuf {
-        bytes = shared.faults.garble_protobuf_list(bytes);
+        bytes = shared.faults.garble_protobuf(bytes);
     }
     Ok(bytes_response(200, bytes, content_type))
 }
@@ -975,6 +975,9 @@ async fn watch_loop(
                 return End::Clean;
             }
             let mut bytes = ctx.frame(&line);
+            if ctx.wire.protobuf {
+                bytes = shared.faults.garble_protobuf(bytes);
+            }
             let truncate = shared.faults.take_truncated();
             if truncate {
                 // Half the event, then the connection is cut (below).
