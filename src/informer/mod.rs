@@ -198,9 +198,11 @@ pub struct HandlerOptions {
     /// no lock is held) until the handler has taken notifications out, so nothing is dropped and
     /// this handler's memory stays bounded. Meanwhile no handler of this informer receives
     /// anything new and no further change is applied: changes accumulate in the DeltaFIFO,
-    /// which merges them per object, while the reflector keeps reading the watch (client-go
-    /// 1.36 likewise releases the FIFO lock while an item is processed,
-    /// `UnlockWhileProcessingFIFO`). `has_synced` and the listers keep answering, also from the
+    /// which merges them per object, while the reflector keeps reading the watch. client-go
+    /// has no such bound. The in-order FIFO releases its lock while a batch is processed, as
+    /// client-go v0.36+'s `UnlockWhileProcessingFIFO` does; the DeltaFIFO releases it only for
+    /// this wait (client-go's DeltaFIFO, which v0.36 no longer runs, holds it while an item is
+    /// processed). `has_synced` and the listers keep answering, also from the
     /// bounded handler itself. Use it for a handler that must not fall arbitrarily far behind
     /// and may hold the others back. Exception: the replay of the cache to a handler added
     /// after start is not bounded. A handler with a bounded buffer must not add handlers or
