@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_informer::{CacheStorage, CompactConfig, SharedIndexInformer, SharedInformerFactory};
 use serde_json::json;
 
-use crate::common::{CONVERGE_TIMEOUT, config_maps_in, eventually, key, within};
+use crate::common::{CONVERGE_TIMEOUT, ErrorLog, config_maps_in, eventually, key, within};
 use crate::support::Cluster;
 
 /// A config map with enough data to be worth compressing.
@@ -89,6 +89,7 @@ async fn a_compact_cache_equals_the_server_after_writes_and_a_forced_relist() {
             .cache_storage(storage),
     );
     let informer = factory.informer::<ConfigMap>();
+    let errors = ErrorLog::attach(&informer);
     factory.start();
     within("sync", factory.wait_for_cache_sync()).await;
     cache_equals_server("after the initial list", &cms, &informer).await;
@@ -141,6 +142,15 @@ async fn a_compact_cache_equals_the_server_after_writes_and_a_forced_relist() {
         .await
         .expect("update");
     }
+    // A write the ConfigMap watch does not see puts etcd past the informer's version, so the
+    // compaction removes it and the restarted watch cache starts after it: the re-watch gets
+    // 410 Gone whatever else the apiserver writes.
+    let secrets: Api<Secret> = Api::namespaced(cluster.admin(), ns);
+    let bump: Secret =
+        serde_json::from_value(json!({"metadata": {"generateName": "bump-"}})).expect("a secret");
+    within("bump", secrets.create(&PostParams::default(), &bump))
+        .await
+        .expect("create a secret");
     within("compact", cluster.compact()).await.expect("compact");
     cluster.stop_apiserver();
     cluster.start_apiserver().await.expect("apiserver restarts");
@@ -150,6 +160,11 @@ async fn a_compact_cache_equals_the_server_after_writes_and_a_forced_relist() {
             .expect("create");
     }
     cache_equals_server("after the relist", &cms, &informer).await;
+    let errs = errors.all();
+    assert!(
+        errs.iter().any(|e| e.expired),
+        "no 410 reported, so no relist was forced: {errs:#?}"
+    );
 
     let stats = informer.indexer().stats();
     eprintln!("compact e2e: {stats:?}");
