@@ -482,6 +482,7 @@ struct Counters {
     stored_bytes: AtomicU64,
     encoded_bytes: AtomicU64,
     trainings: AtomicU64,
+    trainings_started: AtomicU64,
 }
 
 /// Objects compressed before the first dictionary that each write re-compresses with it.
@@ -671,7 +672,10 @@ impl<K> Compact<K> {
             .name("compact-cache-dictionary".into())
             .spawn(job)
         {
-            Ok(_) => t.training = Some(rx),
+            Ok(_) => {
+                t.training = Some(rx);
+                self.counters.trainings_started.fetch_add(1, Relaxed);
+            }
             Err(e) => tracing::debug!(error = %e, "compact cache: no thread to train a dictionary"),
         }
     }
@@ -1474,6 +1478,7 @@ where
             stored_bytes: self.counters.stored_bytes.load(Relaxed),
             encoded_bytes: self.counters.encoded_bytes.load(Relaxed),
             dictionary_trainings: self.counters.trainings.load(Relaxed),
+            dictionary_trainings_started: self.counters.trainings_started.load(Relaxed),
             packed: self.counters.packed.load(Relaxed),
             packed_from_wire: self.counters.packed_from_wire.load(Relaxed),
             unpacks: self.counters.unpacks.load(Relaxed),

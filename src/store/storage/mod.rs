@@ -63,6 +63,10 @@ pub struct CacheStats {
     pub encoded_bytes: u64,
     /// How many compression dictionaries were trained (the first one and every retraining).
     pub dictionary_trainings: u64,
+    /// How many trainings were started: samples collected and handed to a training thread.
+    /// One more than [`dictionary_trainings`](Self::dictionary_trainings) while a training
+    /// runs; more than that only for trainings that found no dictionary (logged).
+    pub dictionary_trainings_started: u64,
     /// Listed and watched objects packed for the FIFO (a cold list held compressed until
     /// popped, see [`Packed`]).
     pub packed: u64,
