@@ -4,14 +4,17 @@ use std::fmt;
 
 /// The class of a protobuf decoding error.
 ///
-/// All but [`ErrorKind::Data`] and [`ErrorKind::InvalidUtf8`] are wire errors: the bytes are not
-/// a well-formed message of the schema, and the list or watch carrying them fails. The two are
-/// errors in a well-formed message's values, which a list or a watch skips as one undecodable
-/// object (reported, and left out of the cache) and goes on: `Data` is a value the target type
-/// refuses (a visitor error, such as a missing required field), `InvalidUtf8` a string that is
-/// not UTF-8, which protobuf's wire format allows and kube-apiserver stores and sends as a
-/// client wrote it (its JSON encoding replaces such bytes with U+FFFD, so a JSON informer gets
-/// the object with those instead).
+/// All but [`ErrorKind::Data`], [`ErrorKind::InvalidUtf8`] and [`ErrorKind::TooDeep`] are wire
+/// errors: the bytes are not a well-formed message of the schema, and the list or watch carrying
+/// them fails. The three are in a well-formed message's values, which a list or a watch skips as
+/// one undecodable object (reported, and left out of the cache) before going on:
+/// - `Data`: a value the target type refuses (a visitor error, such as a missing required
+///   field);
+/// - `InvalidUtf8`: a string that is not UTF-8, which protobuf's wire format allows and
+///   kube-apiserver stores and sends as a client wrote it (its JSON encoding replaces such bytes
+///   with U+FFFD, so a JSON informer gets the object with those instead);
+/// - `TooDeep`: messages nested deeper than the decoder follows (a custom resource definition
+///   whose schema nests some 50 levels), which the stack bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -111,7 +114,10 @@ impl Error {
 
     /// Whether the error is in the values rather than the wire format (see [`ErrorKind`]).
     pub(crate) fn is_data(&self) -> bool {
-        matches!(self.0.kind, ErrorKind::Data | ErrorKind::InvalidUtf8)
+        matches!(
+            self.0.kind,
+            ErrorKind::Data | ErrorKind::InvalidUtf8 | ErrorKind::TooDeep
+        )
     }
 
     /// The message with nothing of the object in it.

@@ -772,6 +772,48 @@ fn undecodable_items_are_skipped() {
     assert_eq!(u.key.as_ref().map(|k| k.as_str()), Some("ns/a"));
     assert_eq!(u.resource_version.as_deref(), Some("1"));
     assert!(u.error.body_offset().is_some());
+    // So are an item with a string that is not UTF-8 and one nested past the limit, between
+    // good ones: the list goes on.
+    let deep = [
+        msg(30, &[s(1, "deep"), s(3, "ns"), s(6, "3")]),
+        nested(MAX_DEPTH as usize + 1),
+    ];
+    let body = list_body(&[
+        item("a", "1", "x"),
+        msg(
+            2,
+            &[
+                msg(30, &[s(1, "b"), s(3, "ns"), s(6, "2")]),
+                l(1, b"\xff\xfe"),
+            ],
+        ),
+        msg(2, &deep),
+        item("c", "4", "y"),
+    ]);
+    let page = decode_list_chunks::<Value>(&[&body]).unwrap();
+    let names: Vec<_> = page
+        .items
+        .iter()
+        .map(|v| v["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("a"), json!("c")]);
+    let skipped: Vec<_> = page
+        .undecodable
+        .iter()
+        .map(|u| {
+            (
+                u.key.as_ref().map(|k| k.as_str().to_owned()),
+                u.error.protobuf_kind(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            (Some("ns/b".to_owned()), Some(ErrorKind::InvalidUtf8)),
+            (Some("ns/deep".to_owned()), Some(ErrorKind::TooDeep)),
+        ]
+    );
     // A wire error in an item fails the list.
     let body = list_body(&[msg(2, &[v(1, 1)])]);
     let err = decode_list_chunks::<Value>(&[&body]).unwrap_err();
@@ -913,6 +955,21 @@ fn undecodable_watch_objects_are_skippable() {
     let u = undecodable_frame_in(&SCHEMA, &f, err).unwrap();
     assert_eq!(u.event_type, "MODIFIED");
     assert_eq!(u.resource_version.as_deref(), Some("5"));
+    // Nor are a string that is not UTF-8 and messages nested past the limit.
+    let meta = msg(30, &[s(1, "a"), s(3, "ns"), s(6, "6")]);
+    for (value, want) in [
+        (l(1, b"\xff"), ErrorKind::InvalidUtf8),
+        (nested(MAX_DEPTH as usize + 1), ErrorKind::TooDeep),
+    ] {
+        let f = frame(
+            "ADDED",
+            &body("test/v1", "Test", &[meta.clone(), value].concat()),
+        );
+        let err = decode_watch_frame_in::<Value>(&SCHEMA, &f, &Projection::none()).unwrap_err();
+        assert_eq!(err.protobuf_kind(), Some(want));
+        let u = undecodable_frame_in(&SCHEMA, &f, err).unwrap();
+        assert_eq!(u.resource_version.as_deref(), Some("6"), "{want:?}");
+    }
     // A wire error is not skippable.
     let f = frame("MODIFIED", &body("test/v1", "Test", &v(1, 1)));
     let err = decode_watch_frame_in::<Strict>(&SCHEMA, &f, &Projection::none()).unwrap_err();
