@@ -14,7 +14,7 @@ use std::fmt;
 ///   kube-apiserver stores and sends as a client wrote it (its JSON encoding replaces such bytes
 ///   with U+FFFD, so a JSON informer gets the object with those instead);
 /// - `TooDeep`: messages nested deeper than the decoder follows (a custom resource definition
-///   whose schema nests some 50 levels), which the stack bounds.
+///   whose schema nests more than 96 levels), which the stack bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {

@@ -409,6 +409,14 @@ fn attempt<V: DeserializeOwned>(data: &[u8], finished: bool) -> Attempt<V> {
     }
 }
 
+/// Whether `e` is serde_json's nesting limit (128 arrays and objects), met inside an item. That
+/// limit bounds the stack a decode takes, not the JSON: the skip that follows reads past the
+/// item with no limit (serde_json ignores a value without recursing), and fails the list if the
+/// item is not well-formed after all.
+fn nested_too_deep(e: &serde_json::Error) -> bool {
+    e.is_syntax() && e.to_string().starts_with("recursion limit exceeded")
+}
+
 /// Whether serde's error `e` on `data` points at its last byte or past it.
 fn at_end(data: &[u8], e: &serde_json::Error) -> bool {
     // serde_json counts lines from 1 and columns as bytes after the line's start.
@@ -615,8 +623,9 @@ impl<K: DeserializeOwned, T> ListParser<K, T> {
                 return Ok(Some(len));
             }
             // Well-formed JSON of another shape (for example a custom resource written under a
-            // newer schema): skip it below rather than fail the whole list.
-            Some(Err(error)) if error.is_data() => error,
+            // newer schema), or nested past serde_json's limit: skip it below rather than fail
+            // the whole list.
+            Some(Err(error)) if error.is_data() || nested_too_deep(&error) => error,
             Some(Err(error)) => {
                 return Err(DecodeError {
                     what: "list",

@@ -162,6 +162,30 @@ fn list_keeps_decodable_items_and_reports_the_others() {
 }
 
 #[test]
+fn list_skips_an_item_nested_past_the_json_limit() {
+    // managedFields' fieldsV1 is a serde_json::Value, which serde_json stops at 128 levels.
+    let deep = format!("{}1{}", r#"{"a":"#.repeat(200), "}".repeat(200));
+    let body = format!(
+        r#"{{"metadata":{{"resourceVersion":"9"}},"items":[
+        {{"metadata":{{"name":"a","namespace":"n","resourceVersion":"3"}}}},
+        {{"metadata":{{"name":"b","namespace":"n","resourceVersion":"4","managedFields":[{{"fieldsV1":{deep}}}]}}}},
+        {{"metadata":{{"name":"c","namespace":"n","resourceVersion":"5"}}}}]}}"#
+    );
+    // Whole, and in chunks that cut the deep item anywhere.
+    let page = decode_list::<ConfigMap>(body.as_bytes()).unwrap();
+    let u = only_b_is_undecodable(&page);
+    assert!(u.to_string().contains("recursion limit"), "{u}");
+    let mut d = ListDecoder::<ConfigMap, ConfigMap>::new();
+    for chunk in body.as_bytes().chunks(97) {
+        d.push(chunk, &mut |c| c).unwrap();
+    }
+    only_b_is_undecodable(&d.finish(&mut |c| c).unwrap());
+    // Not well-formed after all: the list fails.
+    let broken = body.replacen("}]}", "]]}", 1);
+    assert!(decode_list::<ConfigMap>(broken.as_bytes()).is_err());
+}
+
+#[test]
 fn well_formed_event_with_an_undecodable_object_is_identified() {
     let line = br#"{"type":"MODIFIED","object":{"metadata":{"name":"b","namespace":"n","resourceVersion":"12"},"data":7}}"#;
     let err = decode_watch_event::<ConfigMap>(line).unwrap_err();
