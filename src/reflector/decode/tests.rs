@@ -183,6 +183,13 @@ fn list_skips_an_item_nested_past_the_json_limit() {
     // Not well-formed after all: the list fails.
     let broken = body.replacen("}]}", "]]}", 1);
     assert!(decode_list::<ConfigMap>(broken.as_bytes()).is_err());
+    // A watch event skips it the same way.
+    let line = format!(
+        r#"{{"type":"MODIFIED","object":{{"metadata":{{"name":"b","namespace":"n","resourceVersion":"4","managedFields":[{{"fieldsV1":{deep}}}]}}}}}}"#
+    );
+    let err = decode_watch_event::<ConfigMap>(line.as_bytes()).unwrap_err();
+    let u = undecodable_event(line.as_bytes(), err).unwrap();
+    assert_eq!(u.resource_version.as_deref(), Some("4"));
 }
 
 #[test]
