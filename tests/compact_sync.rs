@@ -297,9 +297,10 @@ async fn an_undecodable_protobuf_object_is_reported_once(mode: FifoMode) {
     let informer = factory.informer::<ConfigMap>();
     let reported = Arc::new(Mutex::new(Vec::new()));
     let sink = reported.clone();
-    // At its first report the error handler registers a handler: it must not be called with a
-    // lock held that the registration takes (a deadlock). That handler's replay of the cache
-    // is a notification of its own. Then it panics, which must stop nothing.
+    // At its first report the error handler asks whether the informer has synced and registers
+    // a handler: it must not be called with a lock held that either takes (a deadlock). That
+    // handler's replay of the cache is a notification of its own. Then it panics, which must
+    // stop nothing.
     let (late, registered) = (informer.clone(), Arc::new(Mutex::new(Vec::new())));
     let registrations = registered.clone();
     informer
@@ -310,6 +311,7 @@ async fn an_undecodable_protobuf_object_is_reported_once(mode: FifoMode) {
                 sink.len() == 1
             };
             if first {
+                let _ = late.has_synced();
                 let r = late.add_event_handler(ResourceEventHandlerFuncs::new());
                 registrations.lock().push(r.is_ok());
                 panic!("the error handler's first report panics");

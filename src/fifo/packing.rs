@@ -16,8 +16,8 @@ use crate::{
 };
 
 /// Reports a packed object that did not decode when popped (as [`FifoError::Undecodable`]).
-/// Called from Pop with no lock held; a panic in it unwinds into Pop, so the informer's report
-/// catches its user's.
+/// Called by Pop with the FIFO's lock released (the user's handler may call back into the
+/// informer); a panic in it unwinds into Pop, so the informer's report catches its user's.
 pub(crate) type UnreadableReport = Arc<dyn Fn(FifoError) + Send + Sync>;
 
 /// An object handed over as its bytes, made ready to hold ([`from_bytes`]).

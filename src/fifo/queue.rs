@@ -22,7 +22,7 @@ use crate::{
     panic_message,
     reflector::ReflectorStore,
     reflector::decode::{ItemBytes, ListedMeta, WatchedBytes},
-    store::{Indexer, KeyError, ObjectKey, Packed, key_of},
+    store::{Indexer, KeyError, ObjectKey, Packed, StorageError, key_of},
 };
 
 /// The objects the consumer of a [`DeltaFifo`] already knows (client-go's `KeyListerGetter`):
@@ -277,9 +277,10 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     }
 
     /// Reports each packed object that does not decode when popped (it is left out, and its
-    /// cached version tombstoned) through `report`, called with the FIFO's lock held: the
-    /// informer passes it to its watch-error handler, as the reflector does with an
-    /// undecodable item of a decoded list.
+    /// cached version tombstoned) through `report`, called once `pop` has released the FIFO's
+    /// lock, so that it may call back into the informer (`has_synced`): the informer passes it
+    /// to its watch-error handler, as the reflector does with an undecodable item of a decoded
+    /// list.
     #[must_use]
     pub(crate) fn with_unreadable_report(mut self, report: UnreadableReport) -> Self {
         self.unreadable = Some(report);
@@ -317,9 +318,14 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
 
     /// Held deltas as handed out: packed ones decoded (and their bytes passed to the cache, for
     /// `take`), or copies (for a look at the queue). A packed object taken out that does not
-    /// decode (the server's bytes do not fit `K`) becomes a tombstone of its key; one looked at
-    /// is logged and left out.
-    fn deltas_of<'a>(&self, held: impl IntoIterator<Item = HeldRef<'a, K>>) -> Deltas<K>
+    /// decode (the server's bytes do not fit `K`) becomes a tombstone of its key, and its error
+    /// goes to `unreadable`, to be reported with the lock released; one looked at is logged and
+    /// left out.
+    fn deltas_of<'a>(
+        &self,
+        held: impl IntoIterator<Item = HeldRef<'a, K>>,
+        unreadable: &mut Vec<(ObjectKey, StorageError)>,
+    ) -> Deltas<K>
     where
         K: 'a,
     {
@@ -331,7 +337,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                 HeldRef::Owned(Held::Delta(d)) => Some(d),
                 HeldRef::Borrowed(Held::Delta(d)) => Some(d.clone()),
                 HeldRef::Owned(Held::Packed(kind, packed)) => {
-                    self.unpacked(kind, packed, newest.as_ref())
+                    self.unpacked(kind, packed, newest.as_ref(), unreadable)
                 }
                 HeldRef::Borrowed(Held::Packed(kind, packed)) => {
                     self.peek(packed).map(|obj| Delta {
@@ -354,6 +360,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         kind: DeltaType,
         packed: Packed,
         newest: Option<&Arc<K>>,
+        unreadable: &mut Vec<(ObjectKey, StorageError)>,
     ) -> Option<Delta<K>> {
         let cache = self.packer.as_ref()?;
         let key = packed.key().clone();
@@ -371,7 +378,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         // key goes, as a deletion whose final state is unknown, with the newest object of the key
         // handed out before it, else the cached one (client-go `DeltaFIFO.Replace` and the
         // reflector's tombstones take the newest queued object too).
-        report_undecodable(self.unreadable.as_ref(), &key, &e);
+        unreadable.push((key.clone(), e));
         let from_server = matches!(
             kind,
             DeltaType::Added | DeltaType::Updated | DeltaType::Replaced
@@ -821,9 +828,15 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                     let Some(held) = state.items.remove(&key) else {
                         continue;
                     };
-                    let deltas = self.deltas_of(held.into_iter().map(HeldRef::Owned));
+                    let mut unreadable = Vec::new();
+                    let deltas =
+                        self.deltas_of(held.into_iter().map(HeldRef::Owned), &mut unreadable);
                     let out = process(deltas, is_in_initial_list);
                     self.note_synced(&state);
+                    drop(state);
+                    for (key, e) in &unreadable {
+                        report_undecodable(self.unreadable.as_ref(), key, e);
+                    }
                     return Ok(out);
                 }
                 if state.closed {
@@ -864,7 +877,8 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     pub fn get_by_key(&self, key: &str) -> Option<Deltas<K>> {
         let state = self.state.lock();
         let held = state.items.get(key)?;
-        Some(self.deltas_of(held.iter().map(HeldRef::Borrowed)))
+        // A look decodes nothing it reports: an unreadable object is logged and left out.
+        Some(self.deltas_of(held.iter().map(HeldRef::Borrowed), &mut Vec::new()))
     }
 
     /// The resource version passed to the last [`replace`](Self::replace).
