@@ -171,15 +171,17 @@ fn list_skips_an_item_nested_past_the_json_limit() {
         {{"metadata":{{"name":"b","namespace":"n","resourceVersion":"4","managedFields":[{{"fieldsV1":{deep}}}]}}}},
         {{"metadata":{{"name":"c","namespace":"n","resourceVersion":"5"}}}}]}}"#
     );
-    // Whole, and in chunks that cut the deep item anywhere.
+    // Whole, and in chunks that cut the deep item anywhere, with no margin (each push tries).
     let page = decode_list::<ConfigMap>(body.as_bytes()).unwrap();
     let u = only_b_is_undecodable(&page);
     assert!(u.to_string().contains("recursion limit"), "{u}");
-    let mut d = ListDecoder::<ConfigMap, ConfigMap>::new();
-    for chunk in body.as_bytes().chunks(97) {
-        d.push(chunk, &mut |c| c).unwrap();
+    for size in [1, 2, 7, 97, 500] {
+        let mut d = ListDecoder::<ConfigMap, ConfigMap>::with_margin(0);
+        for chunk in body.as_bytes().chunks(size) {
+            d.push(chunk, &mut |c| c).unwrap();
+        }
+        only_b_is_undecodable(&d.finish(&mut |c| c).unwrap());
     }
-    only_b_is_undecodable(&d.finish(&mut |c| c).unwrap());
     // Not well-formed after all: the list fails.
     let broken = body.replacen("}]}", "]]}", 1);
     assert!(decode_list::<ConfigMap>(broken.as_bytes()).is_err());

@@ -64,8 +64,9 @@ pub struct CacheStats {
     /// How many compression dictionaries were trained (the first one and every retraining).
     pub dictionary_trainings: u64,
     /// How many trainings were started: samples collected and handed to a training thread.
-    /// One more than [`dictionary_trainings`](Self::dictionary_trainings) while a training
-    /// runs; more than that only for trainings that found no dictionary (logged).
+    /// One more than [`dictionary_trainings`](Self::dictionary_trainings) from the start of a
+    /// training until the first write after it ends (which puts its dictionary in use); more
+    /// than that only for trainings that found no dictionary (logged).
     pub dictionary_trainings_started: u64,
     /// Listed and watched objects packed for the FIFO (a cold list held compressed until
     /// popped, see [`Packed`]).
