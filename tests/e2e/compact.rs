@@ -10,7 +10,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_informer::{CacheStorage, CompactConfig, SharedIndexInformer, SharedInformerFactory};
 use serde_json::json;
 
-use crate::common::{CONVERGE_TIMEOUT, ErrorLog, config_maps_in, eventually, key, within};
+use crate::common::{
+    CONVERGE_TIMEOUT, ErrorLog, STEP_TIMEOUT, config_maps_in, eventually, key, within,
+};
 use crate::support::Cluster;
 
 /// A config map with enough data to be worth compressing.
@@ -91,7 +93,23 @@ async fn a_compact_cache_equals_the_server_after_writes_and_a_forced_relist() {
     let informer = factory.informer::<ConfigMap>();
     let errors = ErrorLog::attach(&informer);
     factory.start();
-    within("sync", factory.wait_for_cache_sync()).await;
+    // Says what the informer had reached if it does not sync (one CI run saw no sync in 180 s,
+    // not reproduced in a dozen local runs).
+    if tokio::time::timeout(STEP_TIMEOUT, factory.wait_for_cache_sync())
+        .await
+        .is_err()
+    {
+        panic!(
+            "no sync in {STEP_TIMEOUT:?}: lifecycle {:?}, has_synced {}, {} cached, \
+             last sync version {:?}, stats {:?}, errors {:#?}",
+            informer.lifecycle(),
+            informer.has_synced(),
+            informer.indexer().len(),
+            informer.last_sync_resource_version(),
+            informer.indexer().stats(),
+            errors.all()
+        );
+    }
     cache_equals_server("after the initial list", &cms, &informer).await;
 
     for i in 0..40 {
