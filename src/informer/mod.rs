@@ -692,13 +692,16 @@ where
         let mut lifecycle = self.inner.lifecycle.subscribe();
         // Wait for the FIFO to exist (the informer runs) or for the end.
         let fifo = loop {
+            // The lifecycle is marked seen before the look at the FIFO. `prepare` sends
+            // `Running` and sets the FIFO under one hold of the state lock, so a start is either
+            // complete when the FIFO is looked at or wakes `changed` below. Marked after the
+            // look, a start in between was marked seen with the FIFO unseen, and `changed`
+            // then waited for the informer to stop (a CI run's 180 s sync timeout).
+            let stopped = *lifecycle.borrow_and_update() == Lifecycle::Stopped;
             if let Some(f) = self.inner.state.lock().fifo.clone() {
                 break f;
             }
-            if *lifecycle.borrow_and_update() == Lifecycle::Stopped {
-                return false;
-            }
-            if lifecycle.changed().await.is_err() {
+            if stopped || lifecycle.changed().await.is_err() {
                 return false;
             }
         };
