@@ -306,6 +306,10 @@ pub(crate) struct Inner<K> {
     name: String,
     /// Every log line of this informer's run, reflector and handlers is emitted inside it.
     span: tracing::Span,
+    /// Tests only: run by `wait_for_cache_sync` right after it finds no FIFO, to land a start
+    /// in the window a lost wake-up once hid in.
+    #[cfg(test)]
+    after_no_fifo: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 struct State<K> {
@@ -388,6 +392,8 @@ where
                 metrics,
                 name,
                 span,
+                #[cfg(test)]
+                after_no_fifo: Mutex::new(None),
             }),
         }
     }
@@ -700,6 +706,10 @@ where
             let stopped = *lifecycle.borrow_and_update() == Lifecycle::Stopped;
             if let Some(f) = self.inner.state.lock().fifo.clone() {
                 break f;
+            }
+            #[cfg(test)]
+            if let Some(hook) = self.inner.after_no_fifo.lock().take() {
+                hook();
             }
             if stopped || lifecycle.changed().await.is_err() {
                 return false;

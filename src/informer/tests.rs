@@ -1543,3 +1543,26 @@ async fn informers_are_named_by_config_else_by_target_else_by_type() {
     );
     assert_eq!(named.name(), "web config");
 }
+
+/// A start that lands after `wait_for_cache_sync` has looked for the FIFO and before it waits
+/// for a lifecycle change must still wake it: a lost wake-up there once left a CI run waiting
+/// until its timeout. The hook starts the informer in exactly that window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_cache_sync_sees_a_start_between_its_look_and_its_wait() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    let started = inf.clone();
+    *inf.inner.after_no_fifo.lock() = Some(Box::new(move || {
+        started.start();
+        // The start is complete (its FIFO set, `Running` sent) before the wait goes on.
+        while started.lifecycle() == Lifecycle::NotStarted {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }));
+    let synced = tokio::time::timeout(Duration::from_secs(5), inf.wait_for_cache_sync())
+        .await
+        .expect("the start was missed: wait_for_cache_sync still waits");
+    assert!(synced);
+    inf.shutdown().await;
+}
