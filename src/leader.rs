@@ -74,6 +74,7 @@ use tokio::time::Instant;
 
 /// Errors of leader election.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The configuration breaks a timing rule (see [`LeaderElectionConfig`]).
     #[error("invalid leader election configuration: {0}")]
@@ -90,6 +91,7 @@ pub enum Error {
 
 /// A timing rule [`LeaderElectionConfig`] breaks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The lease name or the identity is empty.
     #[error("{0} must not be empty")]

@@ -228,6 +228,7 @@ impl fmt::Display for ShardSelector {
 
 /// What is wrong with a shard selector, or with a server's answer to one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ShardError {
     /// The selector is malformed or empty.
     #[error("invalid shard selector: {0}")]

@@ -117,6 +117,7 @@ pub(super) fn ready_list_item<K: Resource>(
 
 /// Why a [`DeltaFifo`] operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FifoError {
     /// The FIFO is closed and has nothing left to pop (client-go's `ErrFIFOClosed`).
     #[error("DeltaFIFO: manipulating with closed queue")]

@@ -33,6 +33,7 @@ const MAX_DEPTH: usize = 128;
 
 /// Why a JSON value could not be encoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EncodeError {
     /// The schema has no message for this `apiVersion` and `kind`.
     #[error("no protobuf message for apiVersion {api_version:?} kind {kind:?}")]

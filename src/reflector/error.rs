@@ -9,6 +9,7 @@ use crate::fifo::FifoError;
 
 /// An error from one list or watch call of a [`ListerWatcher`](super::ListerWatcher).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ListWatchError {
     /// The server answered with a failure `Status` (HTTP status, or a watch `ERROR` event).
     #[error("API error {}: {} ({})", .0.code, .0.message, .0.reason)]
@@ -102,6 +103,7 @@ impl ListWatchError {
 /// An error the reflector reports to its watch-error handler. None is fatal: the reflector
 /// recovers from each (relist, re-watch, back off) and keeps going until it is stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// Listing failed.
     #[error("list failed: {0}")]

@@ -48,6 +48,7 @@ pub fn namespace_index_fn<K: Resource>() -> IndexFn<K> {
 
 /// Why an index operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IndexError {
     /// No index with this name was registered.
     #[error("index {0:?} does not exist")]

@@ -210,6 +210,7 @@ mod object_ref {
 
 /// Why an object or string has no valid key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The object has no `metadata.name` (and no `generateName` resolution happened).
     #[error("object has no metadata.name")]

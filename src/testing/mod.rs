@@ -187,6 +187,7 @@ use store::{DeleteOptions, ResourceInfo, Store, WriteMode};
 
 /// Errors of the fake API server's own (non-HTTP) API.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// Binding or serving the loopback socket failed.
     #[error("fake API server I/O error: {0}")]
