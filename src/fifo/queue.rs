@@ -840,6 +840,8 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
                     }
                     return Ok(out);
                 }
+                // Keys skipped above still counted down the initial population.
+                self.note_synced(&state);
                 if state.closed {
                     return Err(FifoError::Closed);
                 }
