@@ -20,9 +20,12 @@ use kube_informer::{
         decode_watch_frame,
     },
     reflector::{
-        __fuzz::watch_event_stream,
+        __fuzz::{ListedItem, listed_items, watch_event_stream},
         ListPage, WatchEvent,
-        decode::{LineFramer, ListDecoder, Projection, decode_list, decode_watch_event},
+        decode::{
+            LineFramer, ListDecoder, ListedMeta, Projection, RawWatchEvent, WatchItem, decode_list,
+            decode_watch_event,
+        },
     },
 };
 use serde::de::DeserializeOwned;
@@ -73,6 +76,7 @@ pub fn watch_stream(data: &[u8]) {
         if let (Ok(a), Ok(b)) = (&dynamic, &meta) {
             assert_same_envelope(a, b);
         }
+        check_raw_event(RawWatchEvent::json_line(line.clone()));
     }
 
     let items = drain(watch_event_stream::<Pod, _>(body_stream(&chunks, fail)));
@@ -116,6 +120,7 @@ pub fn list_decode(data: &[u8]) {
     check_list(data, dynamic);
     let meta = list_and_chunked::<PartialObjectMeta<Pod>>(data);
     check_list(data, meta);
+    check_listed(data, false, decode_list::<Pod>(data).ok());
 }
 
 /// What a list decode gives, comparable across decodes: items as JSON, metadata, and the
@@ -312,6 +317,14 @@ pub fn protobuf_list(data: &[u8]) {
         }
     }
     let _ = decode_object::<DynamicObject>(data, &Projection::strip_managed_fields());
+    let whole = {
+        let mut decoder = ProtobufListDecoder::<Pod, Pod>::new();
+        decoder
+            .push(data, &mut |k| k)
+            .and_then(|()| decoder.finish(&mut |k| k))
+            .ok()
+    };
+    check_listed(data, true, whole);
 }
 
 fn protobuf_list_and_chunked<K: DeserializeOwned + serde::Serialize + 'static>(
@@ -396,6 +409,7 @@ pub fn protobuf_watch(data: &[u8]) {
         if let (Ok(a), Ok(b)) = (&pod, &meta) {
             assert_same_envelope(a, b);
         }
+        check_raw_event(RawWatchEvent::protobuf_frame(frame.clone()));
     }
 }
 
@@ -416,4 +430,117 @@ fn reference_frames(body: &[u8]) -> (Vec<Vec<u8>>, &[u8], bool) {
         rest = &rest[4 + len..];
     }
     (frames, rest, false)
+}
+
+/// The compact cache's view of a list body (each item's metadata and bytes, not decoded by the
+/// list decoder) against the decoded list `decoded` (`None` if the body does not decode).
+///
+/// Invariants:
+/// - however the body is split into chunks, the items' metadata and what their bytes decode to
+///   are the same, or the list fails either way;
+/// - an item whose bytes decode has the metadata that was read for it;
+/// - when both decode: the list metadata and the item count (decoded or reported) agree, and
+///   the objects the items' bytes decode to are the decoded list's, in its order (the decoded
+///   list may have more: metadata the compact read refuses leaves an item reported instead).
+fn check_listed(data: &[u8], protobuf: bool, decoded: Option<ListPage<Pod>>) {
+    let whole = listed_items::<Pod>(&[data], protobuf);
+    let seed = data
+        .iter()
+        .fold(data.len() as u8, |a, &b| a.wrapping_mul(17) ^ b);
+    for max_chunk in [1, 7, 64] {
+        let chunked = listed_items::<Pod>(&chunk(data, seed, max_chunk), protobuf);
+        assert_eq!(
+            listed_summary(&chunked),
+            listed_summary(&whole),
+            "chunks of up to {max_chunk} read items differently from the whole body"
+        );
+    }
+    let Ok(listed) = whole else { return };
+    for (meta, obj) in &listed.items {
+        if let Ok(obj) = obj {
+            assert_meta(meta, obj);
+        }
+    }
+    let Some(decoded) = decoded else { return };
+    assert_eq!(
+        listed.metadata, decoded.metadata,
+        "list metadata differs between the compact read and the decoded list"
+    );
+    assert_eq!(
+        listed.items.len() + listed.undecodable.len(),
+        decoded.items.len() + decoded.undecodable.len(),
+        "item count differs between the compact read and the decoded list"
+    );
+    let mut rest = decoded.items.iter();
+    for obj in listed.items.iter().filter_map(|(_, o)| o.as_ref().ok()) {
+        assert!(
+            rest.any(|d| d == obj),
+            "an item's bytes decode to an object the decoded list does not have in that place"
+        );
+    }
+}
+
+/// What [`listed_items`] gives, comparable across reads.
+type ListedSummary = (
+    Vec<(ListedMeta, Option<serde_json::Value>)>,
+    ListMeta,
+    Vec<Option<String>>,
+);
+
+fn listed_summary<E>(page: &Result<ListPage<ListedItem<Pod>>, E>) -> Option<ListedSummary> {
+    let page = page.as_ref().ok()?;
+    Some((
+        page.items
+            .iter()
+            .map(|(meta, obj)| {
+                let obj = obj
+                    .as_ref()
+                    .ok()
+                    .map(|o| serde_json::to_value(o).expect("a decoded object serializes"));
+                (meta.clone(), obj)
+            })
+            .collect(),
+        page.metadata.clone(),
+        page.undecodable
+            .iter()
+            .map(|u| u.key.as_ref().map(|k| k.as_str().to_owned()))
+            .collect(),
+    ))
+}
+
+/// The metadata a compact read took for an object is the object's.
+fn assert_meta(meta: &ListedMeta, obj: &Pod) {
+    let m = &obj.metadata;
+    assert_eq!(meta.namespace, m.namespace, "namespace read differs");
+    assert_eq!(meta.name, m.name, "name read differs");
+    assert_eq!(
+        meta.resource_version, m.resource_version,
+        "resourceVersion read differs"
+    );
+    assert_eq!(meta.labels, m.labels, "labels read differ");
+}
+
+/// A watch event as the compact cache takes it against the decoded event.
+///
+/// Invariant: an `ADDED` or `MODIFIED` event handed over as metadata and bytes, whose bytes
+/// decode, decodes whole to the same event type and object, and the metadata is the object's.
+fn check_raw_event(raw: RawWatchEvent) {
+    let decoded = raw.decode::<Pod>(&Projection::none());
+    let (added, bytes) = match raw.into_item::<Pod>() {
+        Ok(WatchItem::Added(b)) => (true, b),
+        Ok(WatchItem::Modified(b)) => (false, b),
+        _ => return,
+    };
+    let Ok(obj) = bytes.bytes().decode::<Pod>() else {
+        return;
+    };
+    assert_meta(bytes.meta(), &obj);
+    match decoded {
+        Ok(WatchEvent::Added(d)) if added => assert_eq!(d, obj, "objects differ"),
+        Ok(WatchEvent::Modified(d)) if !added => assert_eq!(d, obj, "objects differ"),
+        other => panic!(
+            "the compact read took an {} event whose object decodes; the event decodes as {other:?}",
+            if added { "ADDED" } else { "MODIFIED" }
+        ),
+    }
 }

@@ -811,6 +811,37 @@ impl ListPage<()> {
     }
 }
 
+/// A list body, pushed in `chunks`, decoded as a store that takes items undecoded gets it
+/// ([`ListerWatcher::list_each_bytes`]): each item's [`ListedMeta`](super::decode::ListedMeta)
+/// beside what its bytes decode to as `K`. For the fuzz targets, which hold it against the
+/// decoded list (through `__fuzz`).
+///
+/// # Errors
+///
+/// The body is no list.
+pub fn listed_items<K: DeserializeOwned + 'static>(
+    chunks: &[&[u8]],
+    protobuf: bool,
+) -> Result<ListPage<ListedItem<K>>, super::decode::DecodeError> {
+    let format = if protobuf {
+        WireFormat::Protobuf
+    } else {
+        WireFormat::Json
+    };
+    let mut decoder = BodyDecoder::<ListedMetaOf, ListedItem<K>>::new(format, Projection::none());
+    let mut map = |meta: ListedMetaOf, bytes: ItemBytes<'_>| (meta.0, bytes.decode::<K>());
+    for c in chunks {
+        decoder.push(c, &mut map)?;
+    }
+    decoder.finish(&mut map)
+}
+
+/// One item of [`listed_items`]: its metadata and what its bytes decode to.
+pub type ListedItem<K> = (
+    super::decode::ListedMeta,
+    Result<K, super::decode::DecodeError>,
+);
+
 /// A list body's decoder, by the response's content type.
 enum BodyDecoder<K, T> {
     Json(ListDecoder<K, T>),

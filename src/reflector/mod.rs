@@ -69,7 +69,7 @@ pub use store::ReflectorStore;
 /// of the API and exempt from semver.
 #[doc(hidden)]
 pub mod __fuzz {
-    pub use super::listwatch::watch_event_stream;
+    pub use super::listwatch::{ListedItem, listed_items, watch_event_stream};
 }
 
 pub use crate::fifo::ListItem;
