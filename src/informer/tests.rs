@@ -76,11 +76,30 @@ fn recorder() -> (Recorder, Log) {
 }
 
 fn fast_config() -> InformerConfig {
-    InformerConfig::default().reflector(ReflectorConfig::default().backoff(BackoffConfig {
-        initial: Duration::from_millis(10),
-        jitter: 0.0,
-        ..Default::default()
-    }))
+    InformerConfig::default()
+        .reflector(ReflectorConfig::default().backoff(BackoffConfig {
+            initial: Duration::from_millis(10),
+            jitter: 0.0,
+            ..Default::default()
+        }))
+        .cache_storage(test_storage())
+}
+
+/// The cache storage these tests run with: `Decoded`, or with `KUBE_INFORMER_TEST_STORAGE=compact`
+/// (CI runs them again so) a compact cache that keeps nothing decoded and sends every
+/// notification compressed, so every object a handler sees has been through the compressed
+/// store.
+fn test_storage() -> crate::CacheStorage {
+    match std::env::var("KUBE_INFORMER_TEST_STORAGE").as_deref() {
+        Err(_) | Ok("" | "decoded") => crate::CacheStorage::Decoded,
+        #[cfg(feature = "compact")]
+        Ok("compact") => crate::CacheStorage::Compact(
+            crate::CompactConfig::default()
+                .hot_objects(0)
+                .decoded_backlog(0),
+        ),
+        Ok(other) => panic!("KUBE_INFORMER_TEST_STORAGE={other}: not a storage these tests know"),
+    }
 }
 
 fn informer(lw: &MockLw) -> SharedIndexInformer<ConfigMap> {
