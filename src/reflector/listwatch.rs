@@ -813,7 +813,8 @@ impl ListPage<()> {
 
 /// A list body, pushed in `chunks`, decoded as a store that takes items undecoded gets it
 /// ([`ListerWatcher::list_each_bytes`]): each item's [`ListedMeta`](super::decode::ListedMeta)
-/// beside what its bytes decode to as `K`. For the fuzz targets, which hold it against the
+/// beside what its bytes decode to as `K`. A JSON body's decoder tries a value once
+/// `json_margin` bytes are buffered ([`ListDecoder::with_margin`]). For the fuzz targets, which hold it against the
 /// decoded list (through `__fuzz`).
 ///
 /// # Errors
@@ -822,13 +823,13 @@ impl ListPage<()> {
 pub fn listed_items<K: DeserializeOwned + 'static>(
     chunks: &[&[u8]],
     protobuf: bool,
+    json_margin: usize,
 ) -> Result<ListPage<ListedItem<K>>, super::decode::DecodeError> {
-    let format = if protobuf {
-        WireFormat::Protobuf
+    let mut decoder = if protobuf {
+        BodyDecoder::<ListedMetaOf, ListedItem<K>>::new(WireFormat::Protobuf, Projection::none())
     } else {
-        WireFormat::Json
+        BodyDecoder::Json(ListDecoder::with_margin(json_margin))
     };
-    let mut decoder = BodyDecoder::<ListedMetaOf, ListedItem<K>>::new(format, Projection::none());
     let mut map = |meta: ListedMetaOf, bytes: ItemBytes<'_>| (meta.0, bytes.decode::<K>());
     for c in chunks {
         decoder.push(c, &mut map)?;

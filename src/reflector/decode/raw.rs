@@ -195,6 +195,10 @@ impl RawWatchEvent {
                 ItemEncoding::Enveloped { schema: &BUILTIN },
             )
         } else {
+            // A derived struct takes a JSON array too; the event decoder takes only an object.
+            if self.bytes.trim_ascii_start().first() != Some(&b'{') {
+                return None;
+            }
             let ev: JsonEvent<'_> = serde_json::from_slice(&self.bytes).ok()?;
             let body = ev.object.get().as_bytes();
             let meta = serde_json::from_slice::<ListedMetaOf>(body).ok()?.0;
