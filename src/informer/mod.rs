@@ -23,7 +23,9 @@ pub use handler::{
 };
 pub(crate) use metrics::{FifoMetrics, InformerMetrics, resource_version_metric_value};
 pub use metrics::{InformerId, InformerMetricsProvider, names as metric_names};
-use processor::{Deliveries, HeldWakes, Listener, Processor, StoredEvent, determine_resync_period};
+use processor::{
+    Deliveries, HandlerThread, HeldWakes, Listener, Processor, StoredEvent, determine_resync_period,
+};
 pub use queue::FifoMode;
 use queue::{InformerQueue, QueueHandle};
 pub use registration::{EventStream, ResourceEventHandlerRegistration};
@@ -306,6 +308,9 @@ pub(crate) struct Inner<K> {
     name: String,
     /// Every log line of this informer's run, reflector and handlers is emitted inside it.
     span: tracing::Span,
+    /// The threads inside [`shutdown`](SharedIndexInformer::shutdown) now: a handler thread
+    /// among them waits for the stop, so the stop does not wait for it.
+    shutdown_callers: watch::Sender<Vec<std::thread::ThreadId>>,
     /// Tests only: run by `wait_for_cache_sync` right after it finds no FIFO, to land a start
     /// in the window a lost wake-up once hid in.
     #[cfg(test)]
@@ -392,6 +397,7 @@ where
                 metrics,
                 name,
                 span,
+                shutdown_callers: watch::Sender::new(Vec::new()),
                 #[cfg(test)]
                 after_no_fifo: Mutex::new(None),
             }),
@@ -970,7 +976,7 @@ where
             () = process => {}
         }
         fifo.close();
-        join_threads(inner.processor.stop_all()).await;
+        join_threads(&inner, inner.processor.stop_all()).await;
         drop(guard);
     }
 
@@ -1024,8 +1030,9 @@ where
 
     /// Stops the informer and waits until its reflector, processing loop and every handler
     /// thread have finished: it returns once the informer is [`Lifecycle::Stopped`], and waits
-    /// on that state, never polls. Idempotent, and safe to call from a handler (a handler
-    /// thread is not joined by itself).
+    /// on that state, never polls. Idempotent, and safe to call from a handler, blocking on it
+    /// there (`Handle::block_on`) too: the stop does not wait for a handler thread that is
+    /// itself in `shutdown` (that thread ends once its handler returns).
     ///
     /// A `run` future driven by the caller stops as well; `shutdown` then waits for it to wind
     /// down, so keep polling it (or drop it, which also ends in `Stopped`).
@@ -1034,6 +1041,9 @@ where
     ///
     /// Cancel safe: the informer stops all the same.
     pub async fn shutdown(&self) {
+        // Registered first, so a stop that joins handler threads already knows of this one;
+        // unregistered however this future ends.
+        let _caller = ShutdownCaller::new(&self.inner.shutdown_callers);
         let (task, never_ran) = {
             let mut st = self.inner.state.lock();
             let mut never_ran = false;
@@ -1052,7 +1062,7 @@ where
             (st.task.take(), never_ran)
         };
         if never_ran {
-            join_threads(self.inner.processor.stop_all()).await;
+            join_threads(&self.inner, self.inner.processor.stop_all()).await;
         }
         if let Some(t) = task {
             let _ = t.await;
@@ -1303,20 +1313,67 @@ impl<K> Drop for Inner<K> {
     }
 }
 
-/// Joins the handler threads off the runtime: a handler may be in the middle of slow work. A
-/// thread does not join itself (a handler that shuts its informer down).
-async fn join_threads(mut threads: Vec<std::thread::JoinHandle<()>>) {
+/// Waits for the handler threads to end, then joins them off the runtime: a handler may be in
+/// the middle of slow work. A thread that is itself in [`SharedIndexInformer::shutdown`] (a
+/// handler that shuts its informer down), or that runs this, is not waited for: it would wait
+/// on this wait. A thread may enter `shutdown` while this already waits for it.
+async fn join_threads<K>(inner: &Inner<K>, threads: Vec<HandlerThread>) {
     let me = std::thread::current().id();
-    threads.retain(|t| t.thread().id() != me);
-    if threads.is_empty() {
+    let mut callers = inner.shutdown_callers.subscribe();
+    let mut ended = Vec::with_capacity(threads.len());
+    for HandlerThread { handle, mut exited } in threads {
+        let id = handle.thread().id();
+        if id == me {
+            continue;
+        }
+        loop {
+            // Marked seen before the look, so a caller registered after it wakes the wait.
+            if callers.borrow_and_update().contains(&id) {
+                break;
+            }
+            tokio::select! {
+                _ = &mut exited => {
+                    ended.push(handle);
+                    break;
+                }
+                // The sender lives in `inner`: `changed` cannot fail while it is borrowed.
+                _ = callers.changed() => {}
+            }
+        }
+    }
+    if ended.is_empty() {
         return;
     }
     let _ = tokio::task::spawn_blocking(move || {
-        for t in threads {
+        for t in ended {
             let _ = t.join();
         }
     })
     .await;
+}
+
+/// A thread's registration in [`Inner::shutdown_callers`] while it is in `shutdown`.
+struct ShutdownCaller<'a> {
+    callers: &'a watch::Sender<Vec<std::thread::ThreadId>>,
+    id: std::thread::ThreadId,
+}
+
+impl<'a> ShutdownCaller<'a> {
+    fn new(callers: &'a watch::Sender<Vec<std::thread::ThreadId>>) -> Self {
+        let id = std::thread::current().id();
+        callers.send_modify(|c| c.push(id));
+        Self { callers, id }
+    }
+}
+
+impl Drop for ShutdownCaller<'_> {
+    fn drop(&mut self) {
+        self.callers.send_modify(|c| {
+            if let Some(i) = c.iter().position(|t| *t == self.id) {
+                c.swap_remove(i);
+            }
+        });
+    }
 }
 
 /// The informer's span: what it lists and watches, as structured fields. Selector fields are

@@ -609,6 +609,27 @@ impl<K> Drop for Reservation<K> {
 /// A handler's task, sent to the handler thread to run there.
 type HandlerTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// A handler thread to wait for: its handle, and a signal that its body has returned or
+/// unwound (its sender is dropped then), so the wait is a future and a caller can stop waiting
+/// for a thread that is itself waiting (a handler that shuts its informer down).
+pub(crate) struct HandlerThread {
+    pub(crate) handle: JoinHandle<()>,
+    pub(crate) exited: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl HandlerThread {
+    /// Spawns `body` on a thread named `name`.
+    fn spawn(name: String, body: impl FnOnce() + Send + 'static) -> std::io::Result<Self> {
+        let (exit, exited) = tokio::sync::oneshot::channel::<()>();
+        let handle = std::thread::Builder::new().name(name).spawn(move || {
+            // Dropped last, once `body` has returned or unwound.
+            let _exit = exit;
+            body();
+        })?;
+        Ok(Self { handle, exited })
+    }
+}
+
 /// The informer's handler thread: an OS thread of its own running a small single-threaded
 /// executor, where every handler that does not ask for a dedicated thread runs as a task.
 ///
@@ -622,13 +643,13 @@ type HandlerTask = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// nothing else drives.
 struct Dispatcher {
     tasks: futures::channel::mpsc::UnboundedSender<HandlerTask>,
-    thread: JoinHandle<()>,
+    thread: HandlerThread,
 }
 
 impl Dispatcher {
     fn start(name: String) -> std::io::Result<Self> {
         let (tasks, mut incoming) = futures::channel::mpsc::unbounded::<HandlerTask>();
-        let thread = std::thread::Builder::new().name(name).spawn(move || {
+        let thread = HandlerThread::spawn(name, move || {
             let mut pool = futures::executor::LocalPool::new();
             let spawner = pool.spawner();
             pool.run_until(async {
@@ -653,7 +674,7 @@ impl Dispatcher {
         let _ = self.tasks.unbounded_send(task);
     }
 
-    fn stop(self) -> JoinHandle<()> {
+    fn stop(self) -> HandlerThread {
         drop(self.tasks);
         self.thread
     }
@@ -680,8 +701,8 @@ pub(crate) struct Listener<K> {
     pub(crate) queue: Arc<ListenerQueue<K>>,
     requested_resync: Duration,
     resync: Mutex<ResyncState>,
-    /// A dedicated thread's handle, to join.
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// A dedicated thread, to join.
+    thread: Mutex<Option<HandlerThread>>,
     /// Set when the listener is due for the resync the informer is running now.
     syncing: AtomicBool,
 }
@@ -694,7 +715,7 @@ struct ResyncState {
 
 impl<K> Listener<K> {
     /// Closes the queue; hands back a dedicated handler thread to join.
-    pub(crate) fn stop(&self) -> Option<JoinHandle<()>> {
+    pub(crate) fn stop(&self) -> Option<HandlerThread> {
         self.queue.close();
         self.thread.lock().take()
     }
@@ -801,27 +822,25 @@ impl<K> Listener<K> {
         let queue = self.queue.clone();
         self.queue.has_consumer.store(true, Ordering::Release);
         let finished = FinishGuard(queue.clone());
-        let spawned = std::thread::Builder::new()
-            .name(name.clone())
-            .spawn(move || {
-                let _span = span.entered();
-                let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
-                while queue.take_blocking(&mut batch) {
-                    while let Some(ev) = batch.pop_front() {
-                        let panicked = !queue.is_closed()
-                            && ev
-                                .event()
-                                .is_some_and(|ev| handle_one(&mut *handler, &ev, &name));
-                        queue.finished(&ev);
-                        if panicked {
-                            queue.pause_blocking();
-                        }
+        let spawned = HandlerThread::spawn(name.clone(), move || {
+            let _span = span.entered();
+            let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
+            while queue.take_blocking(&mut batch) {
+                while let Some(ev) = batch.pop_front() {
+                    let panicked = !queue.is_closed()
+                        && ev
+                            .event()
+                            .is_some_and(|ev| handle_one(&mut *handler, &ev, &name));
+                    queue.finished(&ev);
+                    if panicked {
+                        queue.pause_blocking();
                     }
                 }
-                queue.finished_all(batch.drain(..));
-                drop(handler);
-                drop(finished);
-            });
+            }
+            queue.finished_all(batch.drain(..));
+            drop(handler);
+            drop(finished);
+        });
         *self.thread.lock() = Some(spawned?);
         Ok(())
     }
@@ -1057,7 +1076,7 @@ impl<K> Processor<K> {
 
     /// Closes every listener and stops the handler thread; hands back the threads to join.
     /// Listeners and handlers added afterwards are refused.
-    pub(crate) fn stop_all(&self) -> Vec<JoinHandle<()>> {
+    pub(crate) fn stop_all(&self) -> Vec<HandlerThread> {
         let ls = {
             let mut listeners = self.listeners.write();
             self.stopped.store(true, Ordering::Release);

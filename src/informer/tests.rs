@@ -1585,3 +1585,45 @@ async fn wait_for_cache_sync_sees_a_start_between_its_look_and_its_wait() {
     assert!(synced);
     inf.shutdown().await;
 }
+
+/// A handler may block on its informer's `shutdown` (`Handle::block_on`), on a thread of its
+/// own or on the shared handler thread: the stop does not wait for the thread that waits for
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_may_block_on_its_informers_shutdown() {
+    for dedicated in [true, false] {
+        let lw = MockLw::new();
+        lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+        let inf = informer(&lw);
+        let returned = Arc::new(AtomicBool::new(false));
+        let handler = {
+            let (inf, returned) = (inf.clone(), returned.clone());
+            let rt = tokio::runtime::Handle::current();
+            ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+                rt.block_on(inf.shutdown());
+                returned.store(true, Ordering::SeqCst);
+            })
+        };
+        let options = if dedicated {
+            HandlerOptions::default().dedicated_thread()
+        } else {
+            HandlerOptions::default()
+        };
+        inf.add_event_handler_with_options(handler, options)
+            .unwrap();
+        inf.start();
+        tokio::time::timeout(Duration::from_secs(5), inf.stopped())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("dedicated {dedicated}: the stop waits for the handler that waits for it")
+            });
+        eventually("the handler's shutdown to return", || {
+            returned.load(Ordering::SeqCst)
+        })
+        .await;
+        // A second shutdown from outside returns at once.
+        tokio::time::timeout(Duration::from_secs(5), inf.shutdown())
+            .await
+            .expect("shutdown after the handler's");
+    }
+}
