@@ -589,7 +589,8 @@ where
         Ok(())
     }
 
-    /// Adds indexes; works before and after start (existing objects are indexed at once).
+    /// Adds indexes; works before and after start (existing objects are indexed at once). An
+    /// index function must not call back into this informer or its cache (see [`IndexFn`](crate::IndexFn)).
     ///
     /// # Errors
     ///

@@ -12,6 +12,11 @@ use super::{KeyError, ObjectKey};
 /// An index function: maps an object to the zero or more values it is indexed under
 /// (client-go's `IndexFunc`, which cannot fail here: an object it has nothing to say about
 /// simply yields no value).
+///
+/// It runs while the cache is being updated, with the cache's write lock held (and, in an
+/// informer's DeltaFIFO mode, the FIFO's lock, as in client-go): it must look at the object
+/// only, and must not call back into the cache, its informer or its FIFO, which would
+/// deadlock.
 pub type IndexFn<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
 
 /// Named index functions (client-go's `Indexers`).
