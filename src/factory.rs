@@ -749,8 +749,8 @@ impl SharedInformerFactory {
 
     /// Stops every informer and waits for their tasks and every handler task and thread to finish
     /// (client-go `Shutdown`). Informers requested afterwards never start. A handler may call it
-    /// (blocking on it too): the thread that calls it is not waited for
-    /// ([`SharedIndexInformer::shutdown`](crate::SharedIndexInformer::shutdown)).
+    /// (blocking on it too): a handler thread blocked in it is not waited for, nor the handlers
+    /// that share it ([`SharedIndexInformer::shutdown`](crate::SharedIndexInformer::shutdown)).
     pub async fn shutdown(&self) {
         *self.inner.shut_down.lock() = true;
         let all: Vec<_> = self

@@ -1032,8 +1032,11 @@ where
     /// Stops the informer and waits until its reflector, processing loop and every handler
     /// thread have finished: it returns once the informer is [`Lifecycle::Stopped`], and waits
     /// on that state, never polls. Idempotent, and safe to call from a handler, blocking on it
-    /// there (`Handle::block_on`) too: the stop does not wait for a handler thread that is
-    /// itself in `shutdown` (that thread ends once its handler returns).
+    /// there (`Handle::block_on`) too. The stop does not wait for a handler thread that is
+    /// itself blocked in `shutdown`: that thread, and with the shared handler thread the other
+    /// handlers on it, end once its handler returns. (A handler that hands `shutdown` to
+    /// another thread and blocks on the result still deadlocks: the thread that blocks must be
+    /// the one in `shutdown`.)
     ///
     /// A `run` future driven by the caller stops as well; `shutdown` then waits for it to wind
     /// down, so keep polling it (or drop it, which also ends in `Stopped`).
@@ -1050,8 +1053,10 @@ where
             let mut never_ran = false;
             self.inner.lifecycle.send_if_modified(|l| match *l {
                 Lifecycle::NotStarted => {
+                    // `Stopped` once its handler threads have ended, so that a concurrent
+                    // `shutdown` waits for them too.
                     never_ran = true;
-                    *l = Lifecycle::Stopped;
+                    *l = Lifecycle::Stopping;
                     true
                 }
                 Lifecycle::Running => {
@@ -1063,6 +1068,7 @@ where
             (st.task.take(), never_ran)
         };
         if never_ran {
+            let _stopped = MarkStopped(&self.inner.lifecycle);
             join_threads(&self.inner, self.inner.processor.stop_all()).await;
         }
         if let Some(t) = task {
@@ -1317,40 +1323,73 @@ impl<K> Drop for Inner<K> {
 /// Waits for the handler threads to end, then joins them off the runtime: a handler may be in
 /// the middle of slow work. A thread that is itself in [`SharedIndexInformer::shutdown`] (a
 /// handler that shuts its informer down), or that runs this, is not waited for: it would wait
-/// on this wait. A thread may enter `shutdown` while this already waits for it.
+/// on this wait. A thread may enter `shutdown` while this already waits for it; one passed over
+/// is looked at again once the others have ended, in case its `shutdown` was cancelled and it
+/// went back to its handlers.
 async fn join_threads<K>(inner: &Inner<K>, threads: Vec<HandlerThread>) {
     let me = std::thread::current().id();
-    let mut callers = inner.shutdown_callers.subscribe();
-    let mut ended = Vec::with_capacity(threads.len());
-    for HandlerThread { handle, mut exited } in threads {
-        let id = handle.thread().id();
-        if id == me {
-            continue;
-        }
-        loop {
-            // Marked seen before the look, so a caller registered after it wakes the wait.
-            if callers.borrow_and_update().contains(&id) {
-                break;
-            }
-            tokio::select! {
-                _ = &mut exited => {
-                    ended.push(handle);
-                    break;
-                }
-                // The sender lives in `inner`: `changed` cannot fail while it is borrowed.
-                _ = callers.changed() => {}
-            }
-        }
-    }
-    if ended.is_empty() {
+    let threads: Vec<_> = threads
+        .into_iter()
+        .filter(|t| t.handle.thread().id() != me)
+        .collect();
+    if threads.is_empty() {
         return;
     }
+    let callers = inner.shutdown_callers.subscribe();
+    // On a blocking thread, not as a task: with tokio's clock paused (a user's tests), a
+    // blocking task in flight keeps the runtime from jumping the clock while threads end.
     let _ = tokio::task::spawn_blocking(move || {
-        for t in ended {
-            let _ = t.join();
-        }
+        futures::executor::block_on(wait_for_threads(callers, threads))
     })
     .await;
+}
+
+/// The wait of [`join_threads`], then the joins of the threads that ended.
+async fn wait_for_threads(
+    mut callers: watch::Receiver<Vec<std::thread::ThreadId>>,
+    mut pending: Vec<HandlerThread>,
+) {
+    let mut ended = Vec::with_capacity(pending.len());
+    for _ in 0..2 {
+        let mut passed_over = Vec::new();
+        for HandlerThread { handle, mut exited } in pending {
+            let id = handle.thread().id();
+            let exited_now = loop {
+                // Marked seen before the look, so a caller registered after it wakes the wait.
+                if callers.borrow_and_update().contains(&id) {
+                    break false;
+                }
+                tokio::select! {
+                    biased;
+                    _ = &mut exited => break true,
+                    changed = callers.changed() => {
+                        // The informer is gone, and its threads' queues with it.
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                }
+            };
+            if exited_now {
+                ended.push(handle);
+            } else {
+                passed_over.push(HandlerThread { handle, exited });
+            }
+        }
+        pending = passed_over;
+    }
+    for t in ended {
+        let _ = t.join();
+    }
+}
+
+/// Sends [`Lifecycle::Stopped`] when dropped: the end of a stop, or of its cancelled wait.
+struct MarkStopped<'a>(&'a watch::Sender<Lifecycle>);
+
+impl Drop for MarkStopped<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(Lifecycle::Stopped);
+    }
 }
 
 /// A thread's registration in [`Inner::shutdown_callers`] while it is in `shutdown`.

@@ -1586,24 +1586,54 @@ async fn wait_for_cache_sync_sees_a_start_between_its_look_and_its_wait() {
     inf.shutdown().await;
 }
 
+/// A handler whose `on_add` and drop are slow and whose drop (its thread's end) sets a flag, to
+/// show the stop waited for its thread.
+struct SlowHandler(Arc<AtomicBool>);
+
+impl ResourceEventHandler<ConfigMap> for SlowHandler {
+    fn on_add(&mut self, _: &Arc<ConfigMap>, _: bool) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+impl Drop for SlowHandler {
+    fn drop(&mut self) {
+        // Its thread ends a little after its queue closes.
+        std::thread::sleep(Duration::from_millis(50));
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A handler that, on its first add, runs `first` and then blocks on `inf`'s `shutdown`; the
+/// flag says the shutdown returned.
+fn shutting_down_handler<F: Fn(&SharedIndexInformer<ConfigMap>) + Send + 'static>(
+    inf: &SharedIndexInformer<ConfigMap>,
+    first: F,
+) -> (
+    impl ResourceEventHandler<ConfigMap> + use<F>,
+    Arc<AtomicBool>,
+) {
+    let returned = Arc::new(AtomicBool::new(false));
+    let (inf, flag) = (inf.clone(), returned.clone());
+    let rt = tokio::runtime::Handle::current();
+    let handler = ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+        first(&inf);
+        rt.block_on(inf.shutdown());
+        flag.store(true, Ordering::SeqCst);
+    });
+    (handler, returned)
+}
+
 /// A handler may block on its informer's `shutdown` (`Handle::block_on`), on a thread of its
 /// own or on the shared handler thread: the stop does not wait for the thread that waits for
-/// it.
+/// it, and still waits for the other handler threads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_may_block_on_its_informers_shutdown() {
     for dedicated in [true, false] {
         let lw = MockLw::new();
         lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
         let inf = informer(&lw);
-        let returned = Arc::new(AtomicBool::new(false));
-        let handler = {
-            let (inf, returned) = (inf.clone(), returned.clone());
-            let rt = tokio::runtime::Handle::current();
-            ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
-                rt.block_on(inf.shutdown());
-                returned.store(true, Ordering::SeqCst);
-            })
-        };
+        let (handler, returned) = shutting_down_handler(&inf, |_| {});
         let options = if dedicated {
             HandlerOptions::default().dedicated_thread()
         } else {
@@ -1611,12 +1641,22 @@ async fn a_handler_may_block_on_its_informers_shutdown() {
         };
         inf.add_event_handler_with_options(handler, options)
             .unwrap();
+        let slow_done = Arc::new(AtomicBool::new(false));
+        inf.add_event_handler_with_options(
+            SlowHandler(slow_done.clone()),
+            HandlerOptions::default().dedicated_thread(),
+        )
+        .unwrap();
         inf.start();
         tokio::time::timeout(Duration::from_secs(5), inf.stopped())
             .await
             .unwrap_or_else(|_| {
                 panic!("dedicated {dedicated}: the stop waits for the handler that waits for it")
             });
+        assert!(
+            slow_done.load(Ordering::SeqCst),
+            "dedicated {dedicated}: stopped before the other handler thread ended"
+        );
         eventually("the handler's shutdown to return", || {
             returned.load(Ordering::SeqCst)
         })
@@ -1626,4 +1666,63 @@ async fn a_handler_may_block_on_its_informers_shutdown() {
             .await
             .expect("shutdown after the handler's");
     }
+}
+
+/// A handler that blocks on `shutdown` after a stop from outside has begun waiting for its
+/// thread: the waiting stop lets go of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_joins_a_stop_already_waiting_for_it_is_let_go() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    let (handler, returned) = shutting_down_handler(&inf, |inf| {
+        // Until the outside stop has begun.
+        while inf.lifecycle() == Lifecycle::Running {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Give that stop time to reach its wait for this thread.
+        std::thread::sleep(Duration::from_millis(50));
+    });
+    inf.add_event_handler_with_options(handler, HandlerOptions::default().dedicated_thread())
+        .unwrap();
+    inf.start();
+    eventually("the informer to run", || {
+        inf.lifecycle() == Lifecycle::Running
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(5), inf.shutdown())
+        .await
+        .expect("the outside stop waits for the handler that waits for it");
+    eventually("the handler's shutdown to return", || {
+        returned.load(Ordering::SeqCst)
+    })
+    .await;
+}
+
+/// A `shutdown` of an informer that never ran waits for its handler threads, and so does a
+/// second one running at the same time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_shutdowns_of_an_informer_that_never_ran_both_wait_for_its_handlers() {
+    let inf = informer(&MockLw::new());
+    let dropped = Arc::new(AtomicBool::new(false));
+    inf.add_event_handler_with_options(
+        SlowHandler(dropped.clone()),
+        HandlerOptions::default().dedicated_thread(),
+    )
+    .unwrap();
+    let (a, b) = tokio::join!(
+        async {
+            inf.shutdown().await;
+            dropped.load(Ordering::SeqCst)
+        },
+        async {
+            inf.shutdown().await;
+            dropped.load(Ordering::SeqCst)
+        },
+    );
+    assert!(
+        a && b,
+        "a shutdown returned before the handler thread ended"
+    );
+    assert!(inf.is_stopped());
 }
