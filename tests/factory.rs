@@ -2,6 +2,9 @@
 //! to the requests, start/sync/shutdown, typed, dynamic and metadata-only informers, listers.
 #![cfg(feature = "testing")]
 
+mod informer_support;
+use informer_support::test_storage;
+
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
@@ -51,7 +54,10 @@ async fn eventually(what: &str, f: impl Fn() -> bool) {
 async fn same_type_gives_the_same_informer_and_start_is_idempotent() {
     let server = FakeApiServer::start_with_core().await.unwrap();
     server.create(&cm("a", "one", &[])).unwrap();
-    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default().cache_storage(test_storage()),
+    );
     let i1 = factory.informer::<ConfigMap>();
     let i2 = factory.informer::<ConfigMap>();
     let adds = Arc::new(Mutex::new(0));
@@ -79,7 +85,10 @@ async fn same_type_gives_the_same_informer_and_start_is_idempotent() {
 #[tokio::test]
 async fn start_starts_only_informers_requested_since_the_last_start() {
     let server = FakeApiServer::start_with_core().await.unwrap();
-    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default().cache_storage(test_storage()),
+    );
     let cms = factory.informer::<ConfigMap>();
     factory.start();
     within("sync", factory.wait_for_cache_sync()).await;
@@ -113,6 +122,7 @@ async fn namespace_and_selectors_reach_every_request_and_transform_applies() {
     let factory = SharedInformerFactory::new(
         server.client(),
         FactoryConfig::default()
+            .cache_storage(test_storage())
             .namespace("team")
             .labels("app=web")
             .strip_managed_fields(),
@@ -149,7 +159,10 @@ async fn namespace_and_selectors_reach_every_request_and_transform_applies() {
 async fn dynamic_and_metadata_informers_cache_what_they_are_asked_for() {
     let server = FakeApiServer::start_with_core().await.unwrap();
     server.create(&cm("ns", "a", &[("x", "1")])).unwrap();
-    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default().cache_storage(test_storage()),
+    );
     let ar = ApiResource::erase::<ConfigMap>(&());
     let dynamic = factory.dynamic_informer(&ar, &Scope::Namespaced);
     let meta = factory.metadata_informer::<ConfigMap>();
@@ -193,6 +206,7 @@ async fn default_and_per_type_resync_periods() {
     let factory = SharedInformerFactory::new(
         server.client(),
         FactoryConfig::default()
+            .cache_storage(test_storage())
             .default_resync(Duration::from_secs(1))
             .resync_for::<Secret>(Duration::ZERO),
     );
@@ -233,6 +247,7 @@ async fn fifo_mode_applies_by_default_and_per_type() {
     let factory = SharedInformerFactory::new(
         server.client(),
         FactoryConfig::default()
+            .cache_storage(test_storage())
             .fifo_mode(FifoMode::InOrder)
             .fifo_mode_for::<Secret>(FifoMode::DeltaFifo),
     );
@@ -257,13 +272,15 @@ async fn wait_for_cache_sync_timeout_names_the_informers_that_did_not_sync() {
     let server = FakeApiServer::start_with_core().await.unwrap();
     let factory = SharedInformerFactory::new(
         server.client(),
-        FactoryConfig::default().reflector(kube_informer::ReflectorConfig::default().backoff(
-            kube_informer::BackoffConfig {
-                initial: Duration::from_millis(10),
-                max: Duration::from_millis(20),
-                ..Default::default()
-            },
-        )),
+        FactoryConfig::default()
+            .cache_storage(test_storage())
+            .reflector(kube_informer::ReflectorConfig::default().backoff(
+                kube_informer::BackoffConfig {
+                    initial: Duration::from_millis(10),
+                    max: Duration::from_millis(20),
+                    ..Default::default()
+                },
+            )),
     );
     let _cms = factory.informer::<ConfigMap>();
     let _ns = factory.informer::<Namespace>();
@@ -373,6 +390,7 @@ async fn named_informers_report_client_go_metrics_with_their_labels() {
     let factory = SharedInformerFactory::new(
         server.client(),
         FactoryConfig::default()
+            .cache_storage(test_storage())
             .fifo_mode(FifoMode::InOrder)
             .fifo_mode_for::<Secret>(FifoMode::DeltaFifo)
             .informer_name("my-controller")
@@ -421,7 +439,10 @@ async fn informer_events_do_not_clash_with_kubernetes_events() {
     use kube_informer::InformerEvent;
 
     let server = FakeApiServer::start_with_core().await.unwrap();
-    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default().cache_storage(test_storage()),
+    );
     let mut events = factory.informer::<ConfigMap>().subscribe().unwrap();
     factory.start();
     server.create(&cm("ns", "a", &[])).unwrap();
@@ -442,7 +463,10 @@ async fn index_by_a_field_before_and_after_start() {
     let server = FakeApiServer::start_with_core().await.unwrap();
     server.create(&cm("ns", "a", &[("app", "web")])).unwrap();
     server.create(&cm("ns", "b", &[("app", "db")])).unwrap();
-    let factory = SharedInformerFactory::new(server.client(), FactoryConfig::default());
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default().cache_storage(test_storage()),
+    );
     let informer = factory.informer::<ConfigMap>();
     informer
         .index_by("app", |c: &ConfigMap| {
@@ -507,6 +531,7 @@ async fn typed_selectors_and_dynamic_scope() {
     let factory = SharedInformerFactory::new(
         server.client(),
         FactoryConfig::default()
+            .cache_storage(test_storage())
             .namespace("team")
             .labels(&selector)
             .fields(Expression::Equal("metadata.name".into(), "web".into())),

@@ -2,6 +2,9 @@
 //! no overlap, through writes and relists, and a server that does not shard is refused.
 #![cfg(feature = "testing")]
 
+mod informer_support;
+use informer_support::test_storage;
+
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -37,7 +40,12 @@ async fn eventually(what: &str, f: impl Fn() -> bool) {
 
 /// One replica: a factory caching shard `i` of `n`.
 fn replica(server: &FakeApiServer, shard: ShardSelector) -> SharedInformerFactory {
-    SharedInformerFactory::new(server.client(), FactoryConfig::default().shard(shard))
+    SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default()
+            .cache_storage(test_storage())
+            .shard(shard),
+    )
 }
 
 fn keys(f: &SharedInformerFactory) -> BTreeSet<String> {

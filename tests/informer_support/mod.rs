@@ -205,3 +205,20 @@ pub async fn assert_converges(
     })
     .await;
 }
+
+/// The cache storage a suite runs with: `Decoded`, or with `KUBE_INFORMER_TEST_STORAGE=compact`
+/// (CI runs some suites again so) a compact cache that keeps nothing decoded and sends every
+/// notification compressed, so every object a handler or a lister sees has been through the
+/// compressed store.
+pub fn test_storage() -> kube_informer::CacheStorage {
+    match std::env::var("KUBE_INFORMER_TEST_STORAGE").as_deref() {
+        Err(_) | Ok("" | "decoded") => kube_informer::CacheStorage::Decoded,
+        #[cfg(feature = "compact")]
+        Ok("compact") => kube_informer::CacheStorage::Compact(
+            kube_informer::CompactConfig::default()
+                .hot_objects(0)
+                .decoded_backlog(0),
+        ),
+        Ok(other) => panic!("KUBE_INFORMER_TEST_STORAGE={other}: not a storage these tests know"),
+    }
+}
