@@ -1077,8 +1077,9 @@ where
         self.stopped().await;
     }
 
-    /// Like [`run`](Self::run) but stops when `signal` completes; returns once the informer is
-    /// [`Lifecycle::Stopped`].
+    /// Like [`run`](Self::run) but stops when `signal` completes, as
+    /// [`shutdown`](Self::shutdown) does; returns once the informer is [`Lifecycle::Stopped`]
+    /// and its handler threads have ended, even when the signal fired before it ever ran.
     ///
     /// # Cancel safety
     ///
@@ -1090,10 +1091,11 @@ where
             () = &mut run => return,
             () = signal => {}
         }
-        self.inner.request_stop();
-        // Let the run wind down (close the FIFO, join the handler threads) to `Stopped`.
-        run.await;
-        self.stopped().await;
+        // `shutdown` stops the run, which winds down (closes the FIFO, joins the handler
+        // threads) to `Stopped` as it is polled here. If the signal was polled first and the
+        // informer never ran, `shutdown` joins its handler threads itself: setting it
+        // `Stopped` alone would leave them running.
+        tokio::join!(run, self.shutdown());
     }
 }
 
@@ -1121,22 +1123,6 @@ impl<K> Inner<K> {
             *self.lifecycle.borrow(),
             Lifecycle::Stopping | Lifecycle::Stopped
         )
-    }
-
-    /// Asks a running informer to stop; one that never ran stops at once.
-    fn request_stop(&self) {
-        let _st = self.state.lock();
-        self.lifecycle.send_if_modified(|l| match *l {
-            Lifecycle::NotStarted | Lifecycle::Running => {
-                *l = if *l == Lifecycle::Running {
-                    Lifecycle::Stopping
-                } else {
-                    Lifecycle::Stopped
-                };
-                true
-            }
-            Lifecycle::Stopping | Lifecycle::Stopped => false,
-        });
     }
 }
 

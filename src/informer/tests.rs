@@ -593,11 +593,11 @@ impl Drop for DropFlag {
 }
 impl ResourceEventHandler<ConfigMap> for DropFlag {}
 
-#[tokio::test]
-async fn shutdown_leaves_no_task_or_handler_thread_running() {
-    let lw = MockLw::new();
-    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
-    let inf = informer(&lw);
+/// Registers two handlers, on the shared handler thread and on a dedicated one, each with a
+/// flag set once the handler is dropped (its thread has let it go).
+fn drop_flagged_handlers(
+    inf: &SharedIndexInformer<ConfigMap>,
+) -> (Arc<AtomicBool>, Arc<AtomicBool>) {
     let dropped = Arc::new(AtomicBool::new(false));
     inf.add_event_handler(DropFlag(dropped.clone())).unwrap();
     let dropped_thread = Arc::new(AtomicBool::new(false));
@@ -606,6 +606,15 @@ async fn shutdown_leaves_no_task_or_handler_thread_running() {
         HandlerOptions::default().dedicated_thread(),
     )
     .unwrap();
+    (dropped, dropped_thread)
+}
+
+#[tokio::test]
+async fn shutdown_leaves_no_task_or_handler_thread_running() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let inf = informer(&lw);
+    let (dropped, dropped_thread) = drop_flagged_handlers(&inf);
     let mut stream = inf.subscribe().unwrap();
     inf.start();
     assert!(inf.wait_for_cache_sync().await);
@@ -935,6 +944,26 @@ async fn run_until_returns_once_the_signal_fires_and_ends_stopped() {
         Err(InformerError::Stopped)
     ));
     assert!(within("wait_for_cache_sync after stop", inf.wait_for_cache_sync()).await);
+}
+
+#[tokio::test]
+async fn run_until_a_signal_already_fired_joins_the_handlers_of_an_informer_that_never_ran() {
+    // `run_until` polls the run and the signal in a random order; whichever comes first, the
+    // handler threads must have ended when it returns.
+    for round in 0..16 {
+        let inf = informer(&MockLw::new());
+        let (dropped, dropped_thread) = drop_flagged_handlers(&inf);
+        within("run_until", inf.run_until(std::future::ready(()))).await;
+        assert!(inf.is_stopped());
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "round {round}: handler still running after run_until"
+        );
+        assert!(
+            dropped_thread.load(Ordering::SeqCst),
+            "round {round}: handler thread still running after run_until"
+        );
+    }
 }
 
 #[tokio::test]
