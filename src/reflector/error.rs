@@ -137,9 +137,9 @@ pub enum Error {
     WatchList(#[source] ListWatchError),
     /// An object the informer's compact cache holds did not decode when its handlers were to
     /// be told of it, so they were not (see [`StorageError`](crate::StorageError) for when
-    /// this can happen). Reported once per notification (a relist's, a resync's, a late
-    /// handler's replay), however many handlers share it, from the thread or task of the
-    /// handler that read it first. An update whose old object does not decode is not reported:
+    /// this can happen). Reported once per stored version of the object, however many
+    /// notifications (a relist's, each resync's, a late handler's replay) and handlers meet
+    /// it, from the thread or task of the handler that read it first. An update whose old object does not decode is not reported:
     /// the handlers are told of the new one, as an add. The object stays cached, and
     /// [`Indexer::try_get_by_key`](crate::Indexer::try_get_by_key) returns the same error.
     #[error("cached object not handed to handlers: {0}")]

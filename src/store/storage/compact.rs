@@ -55,7 +55,7 @@ use std::{
     collections::VecDeque,
     sync::{
         Arc, Weak,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed},
+        atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed},
     },
 };
 
@@ -282,7 +282,17 @@ pub(crate) struct Blob {
     /// What the decompressed bytes are: JSON the store wrote, or a listed item's bytes as the
     /// server sent them (JSON or protobuf).
     encoding: ItemEncoding,
+    /// Whether a failure to decode this blob was logged ([`LOGGED`]) and reported to the
+    /// informer ([`REPORTED`]): each once per stored version of an object, however many
+    /// snapshots (handlers, resyncs, relists) and lister reads meet it. Fits in the struct's
+    /// padding.
+    unreadable: AtomicU8,
 }
+
+/// [`Blob::unreadable`]: the failure to decode was logged at error level.
+const LOGGED: u8 = 1;
+/// [`Blob::unreadable`]: the failure to decode was reported to the informer's sink.
+const REPORTED: u8 = 2;
 
 impl Blob {
     /// `f` of the bytes this blob holds, decompressed (see [`Codec::decompressed`]).
@@ -298,6 +308,7 @@ impl Blob {
             raw_len: self.raw_len,
             codec: Arc::clone(codec),
             encoding: self.encoding,
+            unreadable: AtomicU8::new(0),
         })
     }
 }
@@ -918,7 +929,6 @@ where
                 shared: Mutex::new(weak),
                 counters: Arc::clone(&self.counters),
                 unreadable: Arc::clone(&self.unreadable),
-                reported: AtomicBool::new(false),
             })),
         }
     }
@@ -933,9 +943,6 @@ struct StoredCopy<K> {
     shared: Mutex<Weak<K>>,
     counters: Arc<Counters>,
     unreadable: Arc<Mutex<Option<super::UnreadableSink>>>,
-    /// Whether a failure to decode was reported: once per snapshot, however many handlers
-    /// share it and read it.
-    reported: AtomicBool,
 }
 
 impl<K> StoredObject<K> for StoredCopy<K>
@@ -980,6 +987,16 @@ where
     }
 }
 
+/// Logs that `blob` does not decode: at error level the first time, then at debug level (the
+/// object, and so the error, are the same each time).
+fn log_unreadable(blob: &Blob, e: &StorageError) {
+    if blob.unreadable.fetch_or(LOGGED, Relaxed) & LOGGED == 0 {
+        tracing::error!(error = %e, "cached object unreadable");
+    } else {
+        tracing::debug!(error = %e, "cached object unreadable, again");
+    }
+}
+
 impl<K: DeserializeOwned + 'static> StoredCopy<K> {
     fn decode(&self) -> Result<Arc<K>, StorageError> {
         match decode_blob(&self.key, &self.blob, |_| ()) {
@@ -989,17 +1006,17 @@ impl<K: DeserializeOwned + 'static> StoredCopy<K> {
             }
             Err(e) => {
                 self.counters.decode_errors.fetch_add(1, Relaxed);
-                tracing::error!(error = %e, "cached object unreadable");
+                log_unreadable(&self.blob, &e);
                 Err(e)
             }
         }
     }
 
     /// Tells the sink, if there is one, that the object does not decode (`e`): the first time
-    /// only, and with no lock held, since it calls user code (the informer's sink catches a
-    /// panic in it).
+    /// for this stored version of it only, and with no lock held, since it calls user code
+    /// (the informer's sink catches a panic in it).
     fn failed(&self, e: &StorageError) {
-        if self.reported.swap(true, Relaxed) {
+        if self.blob.unreadable.fetch_or(REPORTED, Relaxed) & REPORTED != 0 {
             return;
         }
         let Some(sink) = self.unreadable.lock().clone() else {
@@ -1037,7 +1054,7 @@ where
             Body::Compressed(blob) => blob,
             Body::Pinned(obj) => return Ok(Arc::clone(obj)),
         };
-        let (obj, ()) = decode_blob(key, blob, |_| ())?;
+        let (obj, ()) = decode_blob(key, blob, |_| ()).inspect_err(|e| log_unreadable(blob, e))?;
         self.counters.decodes.fetch_add(1, Relaxed);
         Ok(obj)
     }
@@ -1063,6 +1080,7 @@ where
             raw_len,
             codec,
             encoding,
+            unreadable: AtomicU8::new(0),
         })
     }
 
@@ -1495,6 +1513,13 @@ where
 #[cfg(test)]
 mod codec_tests {
     use super::Codec;
+
+    /// Every cached object has a blob: the flags that keep an unreadable one from being
+    /// reported at each read must not make it larger.
+    #[test]
+    fn a_blob_stays_48_bytes() {
+        assert_eq!(std::mem::size_of::<super::Blob>(), 48);
+    }
 
     /// A reused buffer is larger than the next object: its capacity must not become the bound,
     /// so a blob that decompresses to any other length than the one stored is an error.

@@ -272,10 +272,11 @@ pub(crate) trait StoredObject<K>: Send + Sync {
 /// encoded it from, so only bytes its encoding does not check can do that, such as a string
 /// that is not UTF-8 written by another client in protobuf. Such an object is in the cache, but
 /// its handlers are not called for it: the informer's error handler is told instead
-/// ([`reflector::Error::Unreadable`](crate::reflector::Error::Unreadable)), once per
-/// notification. It is never silently lost: every read that meets it logs it, counts it in
-/// [`CacheStats::decode_errors`], and [`Indexer::try_get_by_key`](super::Indexer::try_get_by_key)
-/// returns it. The message is redacted: it never quotes the object.
+/// ([`reflector::Error::Unreadable`](crate::reflector::Error::Unreadable)), once per stored
+/// version of the object, however many handlers, resyncs and replays meet it. It is never
+/// silently lost: every read that meets it counts it in [`CacheStats::decode_errors`] and logs
+/// it (at error level the first time for that version, then at debug level), and
+/// [`Indexer::try_get_by_key`](super::Indexer::try_get_by_key) returns it. The message is redacted: it never quotes the object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StorageError {
@@ -472,8 +473,8 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
     }
 
     /// Where to report a snapshot's object that does not decode when read
-    /// ([`Snapshot::load`]): once per snapshot, on the thread that read it, never under the
-    /// store's lock. Storages whose snapshots always hold the object ignore it.
+    /// ([`Snapshot::load`]): once per stored version of an object, however many snapshots
+    /// of it are read, on the thread that read it, never under the store's lock. Storages whose snapshots always hold the object ignore it.
     fn report_unreadable(&self, _sink: UnreadableSink) {}
 
     /// The storage's counters (without the object count, which the store adds).
