@@ -381,11 +381,17 @@ where
     }
 }
 
+/// One informer per resource and Rust type: two types of one resource (`Pod` and a slimmer
+/// type that inherits its `Resource`) get an informer each, as client-go keys its informers by
+/// Go type.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 struct InformerKey {
     name: String,
     url: String,
     metadata_only: bool,
+    type_id: TypeId,
+    /// Tells two types of one resource apart in sync results ([`sync_names`]).
+    type_name: &'static str,
 }
 
 struct Entry {
@@ -423,6 +429,7 @@ struct FactoryInner {
     client: Client,
     config: FactoryConfig,
     informers: Mutex<BTreeMap<InformerKey, Entry>>,
+    /// Set by `shutdown` and read by `try_start` with `informers` locked (taken first).
     shut_down: Mutex<bool>,
 }
 
@@ -571,6 +578,8 @@ impl SharedInformerFactory {
             name,
             url: url.clone(),
             metadata_only,
+            type_id: TypeId::of::<T>(),
+            type_name: std::any::type_name::<T>(),
         };
         let log_name = informer_name(&key);
         self.get_or_create(key, || {
@@ -651,10 +660,13 @@ impl SharedInformerFactory {
         // Checked once up front: each informer's `start` spawns on this same runtime, so none
         // can fail half-way through the loop.
         crate::current_runtime()?;
+        // The flag is read under the map's lock, which `shutdown` sets it under: a start that
+        // passed the check cannot start, after `shutdown` returned, an informer requested since.
+        let mut informers = self.inner.informers.lock();
         if *self.inner.shut_down.lock() {
             return Ok(());
         }
-        for e in self.inner.informers.lock().values_mut() {
+        for e in informers.values_mut() {
             if !e.started {
                 e.informer.start();
                 e.started = true;
@@ -670,14 +682,7 @@ impl SharedInformerFactory {
     ///
     /// Cancel safe.
     pub async fn wait_for_cache_sync(&self) -> BTreeMap<String, bool> {
-        let started: Vec<_> = self
-            .inner
-            .informers
-            .lock()
-            .iter()
-            .filter(|(_, e)| e.started)
-            .map(|(k, e)| (informer_name(k), e.informer.clone()))
-            .collect();
+        let started = sync_names(&self.inner.informers.lock(), |e| e.informer.clone());
         let mut out = BTreeMap::new();
         // client-go `WaitForNamedCacheSync`'s two log lines, per informer, in its span.
         for (name, inf) in started {
@@ -728,12 +733,8 @@ impl SharedInformerFactory {
     }
 
     fn sync_states(&self) -> BTreeMap<String, bool> {
-        self.inner
-            .informers
-            .lock()
-            .iter()
-            .filter(|(_, e)| e.started)
-            .map(|(k, e)| (informer_name(k), e.informer.has_synced()))
+        sync_names(&self.inner.informers.lock(), |e| e.informer.has_synced())
+            .into_iter()
             .collect()
     }
 
@@ -752,14 +753,11 @@ impl SharedInformerFactory {
     /// (blocking on it too): a handler thread blocked in it is not waited for, nor the handlers
     /// that share it ([`SharedIndexInformer::shutdown`](crate::SharedIndexInformer::shutdown)).
     pub async fn shutdown(&self) {
-        *self.inner.shut_down.lock() = true;
-        let all: Vec<_> = self
-            .inner
-            .informers
-            .lock()
-            .values()
-            .map(|e| e.informer.clone())
-            .collect();
+        let all: Vec<_> = {
+            let informers = self.inner.informers.lock();
+            *self.inner.shut_down.lock() = true;
+            informers.values().map(|e| e.informer.clone()).collect()
+        };
         futures::future::join_all(all.iter().map(|i| i.shutdown())).await;
     }
 }
@@ -774,6 +772,32 @@ fn gvr<K: Resource<DynamicType = ()>>() -> [String; 3] {
 
 fn informer_name(k: &InformerKey) -> String {
     k.name.clone() + if k.metadata_only { " (metadata)" } else { "" }
+}
+
+/// `f` of each started informer, under its name in sync results: [`informer_name`], followed
+/// by the Rust type in brackets when more than one type of the same resource has an informer,
+/// so that neither result hides the other.
+fn sync_names<T>(
+    informers: &BTreeMap<InformerKey, Entry>,
+    f: impl Fn(&Entry) -> T,
+) -> Vec<(String, T)> {
+    let mut types = BTreeMap::<String, usize>::new();
+    for k in informers.keys() {
+        *types.entry(informer_name(k)).or_default() += 1;
+    }
+    informers
+        .iter()
+        .filter(|(_, e)| e.started)
+        .map(|(k, e)| {
+            let name = informer_name(k);
+            let name = if types[&name] > 1 {
+                format!("{name} [{}]", k.type_name)
+            } else {
+                name
+            };
+            (name, f(e))
+        })
+        .collect()
 }
 
 /// `apiVersion/Kind`, e.g. `apps/v1/Deployment`: how informers are named in sync results.

@@ -82,6 +82,59 @@ async fn same_type_gives_the_same_informer_and_start_is_idempotent() {
     assert!(i1.is_stopped() && i2.is_stopped());
 }
 
+/// A slimmer type of the ConfigMap resource: only what a controller reads.
+#[derive(kube::Resource, serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+#[resource(inherit = ConfigMap)]
+struct SlimConfigMap {
+    metadata: ObjectMeta,
+    #[serde(default)]
+    data: BTreeMap<String, String>,
+}
+
+/// client-go keys its informers by Go type; two Rust types of one resource get an informer
+/// each, both started, synced and stopped, and neither hides the other in sync results.
+#[tokio::test]
+async fn two_types_of_one_resource_get_an_informer_each() {
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server.create(&cm("a", "one", &[])).unwrap();
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default().cache_storage(test_storage()),
+    );
+    let full = factory.informer::<ConfigMap>();
+    let slim = factory.informer::<SlimConfigMap>();
+    let full_again = factory.informer::<ConfigMap>();
+    factory.start();
+    let synced = within("sync", factory.wait_for_cache_sync()).await;
+    // Named by the resource and, as there are two types of it, the Rust type's path
+    // (`std::any::type_name`, which spells k8s-openapi's through its version module).
+    let names: Vec<_> = synced.keys().map(String::as_str).collect();
+    assert_eq!(names.len(), 2, "{synced:?}");
+    assert!(synced.values().all(|s| *s), "{synced:?}");
+    assert_eq!(names[0], "v1/ConfigMap [factory::SlimConfigMap]");
+    assert!(
+        names[1].starts_with("v1/ConfigMap [k8s_openapi::") && names[1].ends_with("::ConfigMap]"),
+        "{names:?}"
+    );
+    assert!(full.has_synced() && slim.has_synced() && full_again.has_synced());
+    assert_eq!(
+        full.indexer().get_by_key("a/one").unwrap().data,
+        Some(BTreeMap::from([("k".to_owned(), "v".to_owned())]))
+    );
+    assert_eq!(
+        slim.indexer().get_by_key("a/one").unwrap().data,
+        BTreeMap::from([("k".to_owned(), "v".to_owned())])
+    );
+    let lists = server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == Verb::List)
+        .count();
+    assert_eq!(lists, 2, "one informer per type");
+    within("shutdown", factory.shutdown()).await;
+    assert!(full.is_stopped() && slim.is_stopped());
+}
+
 #[tokio::test]
 async fn start_starts_only_informers_requested_since_the_last_start() {
     let server = FakeApiServer::start_with_core().await.unwrap();
