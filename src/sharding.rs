@@ -272,6 +272,7 @@ impl FromStr for ShardSelector {
             pos: 0,
             ranges: Vec::new(),
             key: None,
+            depth: 0,
         };
         p.skip_ws();
         if p.at_end() {
@@ -294,7 +295,13 @@ struct Parser<'a> {
     pos: usize,
     ranges: Vec<ShardRange>,
     key: Option<ShardKey>,
+    /// Parentheses open around the term being parsed (see [`MAX_NESTING`]).
+    depth: usize,
 }
+
+/// Parentheses a selector may nest. The parser recurses once per level, so unbounded nesting
+/// (a selector from a user, or echoed by the server) would overflow the stack and abort.
+const MAX_NESTING: usize = 32;
 
 impl Parser<'_> {
     fn error(&self, what: &str) -> ShardError {
@@ -342,7 +349,12 @@ impl Parser<'_> {
 
     fn term(&mut self) -> Result<(), ShardError> {
         if self.eat("(") {
+            if self.depth == MAX_NESTING {
+                return Err(self.error(&format!("parentheses nested more than {MAX_NESTING} deep")));
+            }
+            self.depth += 1;
             self.disjunction()?;
+            self.depth -= 1;
             return self.expect(")");
         }
         let name = self.ident()?;
@@ -515,6 +527,31 @@ mod tests {
                 "{bad:?} parsed"
             );
         }
+    }
+
+    /// Deep nesting is an error, not a stack overflow (which aborts the process): parsed on a
+    /// thread with a 1 MiB stack (half a default thread's), which a million levels would
+    /// overflow many times over.
+    #[test]
+    fn deeply_nested_parentheses_are_refused() {
+        let range = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
+        let nested = move |n: usize| format!("{}{range}{}", "(".repeat(n), ")".repeat(n));
+        assert!(nested(MAX_NESTING).parse::<ShardSelector>().is_ok());
+        let refused = std::thread::Builder::new()
+            .stack_size(1024 * 1024)
+            .spawn(move || {
+                [nested(MAX_NESTING + 1), "(".repeat(1_000_000)]
+                    .iter()
+                    .map(|s| match s.parse::<ShardSelector>() {
+                        Err(ShardError::Invalid(e)) => e.contains("nested more than"),
+                        _ => false,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(refused, [true, true]);
     }
 
     #[test]
