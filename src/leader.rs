@@ -487,7 +487,15 @@ impl LeaderElector {
     {
         let c = &self.config;
         let (client, mut observed) = self.observed_client();
-        let mut manager = ManagerGuard::start(self.manager(client.clone()).await?).await;
+        tokio::pin!(shutdown);
+        // Raced with the shutdown: kube's client has no read timeout by default, so a server
+        // that accepts the connection and never answers would hold `run` here.
+        let first = tokio::select! {
+            biased;
+            () = &mut shutdown => return Ok(()),
+            built = self.manager(client.clone()) => built?,
+        };
+        let mut manager = ManagerGuard::start(first).await;
         let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &c.namespace);
         let mut guard = TermGuard(None);
         let mut term_number = 0u64;
@@ -495,7 +503,6 @@ impl LeaderElector {
         // Polls in a row that found the Lease free while the manager did not take it.
         let mut free_polls = 0u32;
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tokio::pin!(shutdown);
 
         // See `LeaderElectionConfig::wait_out_previous_leader`.
         let settle = if c.wait_out_previous_leader {
@@ -584,8 +591,24 @@ impl LeaderElector {
                     if free_polls >= 2 {
                         free_polls = 0;
                         tracing::debug!(lease = %c.lease_name, "lease released; contending now");
-                        manager.abort().await;
-                        manager = ManagerGuard::start(self.manager(client.clone()).await?).await;
+                        // Built before the old one is stopped, and raced with the shutdown; a
+                        // failure is retried at a later poll rather than ending `run`.
+                        let built = tokio::select! {
+                            biased;
+                            () = &mut shutdown => break Ok(()),
+                            built = self.manager(client.clone()) => built,
+                        };
+                        match built {
+                            Ok(new) => {
+                                manager.abort().await;
+                                manager = ManagerGuard::start(new).await;
+                            }
+                            Err(e) => tracing::warn!(
+                                lease = %c.lease_name,
+                                error = %e,
+                                "could not restart the lease manager; retrying at the next poll"
+                            ),
+                        }
                     }
                 }
             }
@@ -601,16 +624,18 @@ impl LeaderElector {
         outcome
     }
 
-    /// Ends the current term: signal, wait up to the stop timeout, abort.
+    /// Ends the current term: signal, wait up to the stop timeout, abort. The term stays in
+    /// `guard` until its workers are gone, so that dropping `run` during the wait aborts them
+    /// (a dropped `JoinHandle` would only detach them).
     async fn end_term(&self, guard: &mut TermGuard) {
-        let Some(mut term) = guard.0.take() else {
+        let Some(term) = guard.0.as_mut() else {
             return;
         };
         self.role.send_replace(Role::Following);
         term.stop.send_replace(true);
-        if let Some(mut workers) = term.workers.take() {
+        if let Some(workers) = term.workers.as_mut() {
             let timeout = self.config.worker_stop_timeout;
-            if tokio::time::timeout(timeout, &mut workers).await.is_err() {
+            if tokio::time::timeout(timeout, &mut *workers).await.is_err() {
                 tracing::warn!(
                     ?timeout,
                     "the term's workers did not stop in time; aborting them"
@@ -618,6 +643,7 @@ impl LeaderElector {
                 workers.abort();
             }
         }
+        guard.0 = None;
     }
 }
 
@@ -811,6 +837,63 @@ mod tests {
         assert_eq!(classify(&lease(None, true), "a"), Observed::Free);
         assert_eq!(classify(&lease(Some(""), true), "a"), Observed::Free);
         assert_eq!(classify(&Lease::default(), "a"), Observed::Free);
+    }
+
+    /// An elector whose API server never answers.
+    fn unanswered_elector() -> LeaderElector {
+        let never = tower::service_fn(|_: http::Request<kube::client::Body>| {
+            std::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
+        });
+        LeaderElector::new(
+            kube::Client::new(never, "default"),
+            LeaderElectionConfig::new("l", "a"),
+        )
+        .unwrap()
+    }
+
+    /// A shutdown while the Lease is first read (here: a server that never answers) ends
+    /// `run`, rather than waiting for an answer that kube's client has no timeout for.
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_while_the_lease_is_first_read_returns() {
+        let elector = unanswered_elector();
+        let run = elector.run(tokio::time::sleep(secs(1)), |_| async {});
+        let ran = tokio::time::timeout(secs(60), run).await;
+        assert!(matches!(ran, Ok(Ok(()))), "{ran:?}");
+        assert_eq!(*elector.role().borrow(), Role::Following);
+    }
+
+    /// `run` dropped while a term ends (an outer timeout, a `select!`), with workers that do
+    /// not watch `stopped()`: they are aborted, not left running after the elector is gone.
+    #[tokio::test(start_paused = true)]
+    async fn workers_are_aborted_if_run_is_dropped_while_their_term_ends() {
+        use std::sync::{
+            Arc,
+            atomic::{AtomicU64, Ordering},
+        };
+        let elector = unanswered_elector();
+        let ticks = Arc::new(AtomicU64::new(0));
+        let t = Arc::clone(&ticks);
+        let (stop, _stopped) = watch::channel(false);
+        let mut guard = TermGuard(Some(Term {
+            stop,
+            workers: Some(tokio::spawn(async move {
+                loop {
+                    t.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })),
+        }));
+        let wait = elector.config.worker_stop_timeout / 2;
+        let ending = tokio::time::timeout(wait, elector.end_term(&mut guard)).await;
+        assert!(
+            ending.is_err(),
+            "the workers ignore the stop: the wait goes on"
+        );
+        drop(guard);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let n = ticks.load(Ordering::SeqCst);
+        tokio::time::sleep(secs(10)).await;
+        assert_eq!(ticks.load(Ordering::SeqCst), n, "the workers still run");
     }
 
     #[test]
