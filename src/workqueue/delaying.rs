@@ -188,7 +188,8 @@ impl<T: QueueItem> DelayingQueue<T> {
     /// Adds `item` once `delay` has passed; a zero delay adds it now.
     ///
     /// An item already waiting keeps the earlier of its two deadlines (client-go's `insert`).
-    /// Counts one `workqueue_retries_total`. A delay too large to represent never fires.
+    /// Counts one `workqueue_retries_total`. A delay longer than 30 years waits 30 years.
+    /// Items still waiting when the queue shuts down are dropped, as client-go drops them.
     ///
     /// # Errors
     ///
@@ -203,10 +204,13 @@ impl<T: QueueItem> DelayingQueue<T> {
         if delay.is_zero() {
             return self.shared.queue.add(item);
         }
-        let Some(at) = Instant::now().checked_add(delay) else {
-            return Ok(());
-        };
+        let at = Instant::now() + delay.min(super::FAR_FUTURE);
         let mut waiting = self.shared.waiting.lock();
+        // Checked again under the lock the timer clears the waiting items under, once it has
+        // seen the shutdown: an item is either refused here or dropped with the others.
+        if self.shared.queue.is_shutting_down() {
+            return Err(ShutDown(item));
+        }
         let head = waiting.heap.peek().map(|Reverse(t)| t.at);
         let Waiting {
             heap,
@@ -251,6 +255,13 @@ impl<T: QueueItem> DelayingQueue<T> {
 }
 
 impl<T: QueueItem> DelayShared<T> {
+    /// Drops the items still waiting, once the queue shuts down.
+    fn clear_waiting(&self) {
+        let mut waiting = self.waiting.lock();
+        waiting.heap.clear();
+        waiting.deadlines.clear();
+    }
+
     /// Moves every item whose deadline has passed into the queue; returns the next deadline.
     fn fire_ready(&self, now: Instant) -> Option<Instant> {
         let mut ready = Vec::new();
@@ -291,6 +302,7 @@ async fn waiting_loop<T: QueueItem>(shared: Weak<DelayShared<T>>, wake: Arc<Noti
                 return;
             };
             if shared.queue.is_shutting_down() {
+                shared.clear_waiting();
                 return;
             }
             (shared.queue.clone(), shared.fire_ready(Instant::now()))
@@ -304,7 +316,12 @@ async fn waiting_loop<T: QueueItem>(shared: Weak<DelayShared<T>>, wake: Arc<Noti
         tokio::select! {
             () = wake.notified() => {}
             () = sleep => {}
-            () = queue.closed() => return,
+            () = queue.closed() => {
+                if let Some(shared) = shared.upgrade() {
+                    shared.clear_waiting();
+                }
+                return;
+            }
         }
     }
 }
@@ -340,6 +357,44 @@ mod tests {
         assert_eq!(q.len(), 1);
         assert_eq!(q.num_waiting(), 0);
         assert_eq!(q.try_get(), Some("a"));
+    }
+
+    /// A delay too large for an `Instant` waits (counted, and dropped at shutdown), and the
+    /// timer goes on serving the other items.
+    #[tokio::test(start_paused = true)]
+    async fn a_huge_delay_waits_and_the_timer_goes_on() {
+        let (q, timer) = DelayingQueue::pair(Config::default());
+        let timer = tokio::spawn(timer);
+        q.add_after(1, Duration::MAX).unwrap();
+        q.add_after(2, Duration::from_secs(u64::MAX / 2)).unwrap();
+        q.add_after(3, Duration::from_millis(1)).unwrap();
+        assert_eq!(q.num_waiting(), 3);
+        advance(Duration::from_millis(1)).await;
+        settle().await;
+        assert_eq!(q.try_get(), Some(3));
+        assert_eq!(q.num_waiting(), 2);
+        q.shutdown();
+        timeout(DEADLOCK, timer).await.unwrap().unwrap();
+        assert_eq!(q.num_waiting(), 0, "dropped at shutdown");
+    }
+
+    /// Items waiting at shutdown are dropped (client-go's timer drops its heap), and later
+    /// `add_after`s are refused with the item.
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_drops_the_waiting_items() {
+        let q = DelayingQueue::new();
+        q.add_after("a", Duration::from_secs(1)).unwrap();
+        settle().await;
+        q.shutdown();
+        settle().await;
+        assert_eq!(q.num_waiting(), 0);
+        assert!(matches!(
+            q.add_after("b", Duration::from_secs(1)),
+            Err(ShutDown("b"))
+        ));
+        advance(Duration::from_secs(2)).await;
+        settle().await;
+        assert!(q.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -470,8 +470,10 @@ async fn update_unfinished_work_loop<T: QueueItem>(
     start: tokio::time::Instant,
     period: Duration,
 ) {
-    // `interval` panics on a zero period; a 1 ms floor is far below any sensible setting.
-    let period = period.max(Duration::from_millis(1));
+    // `interval` panics on a zero period; a 1 ms floor is far below any sensible setting. A
+    // huge period (to turn the refresh off) must not overflow `start + period`, which would
+    // panic in this task.
+    let period = period.clamp(Duration::from_millis(1), super::FAR_FUTURE);
     let mut ticker = tokio::time::interval_at(start + period, period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -507,6 +509,18 @@ mod tests {
         timeout(DEADLOCK, q.get())
             .await
             .expect("get likely deadlocked")
+    }
+
+    /// A period too large to add to an `Instant` waits, rather than panicking in the task
+    /// (whose panic would go unseen: the gauges would just stop).
+    #[tokio::test(start_paused = true)]
+    async fn a_huge_unfinished_work_period_does_not_panic() {
+        let refresh = update_unfinished_work_loop::<u8>(
+            std::sync::Weak::new(),
+            tokio::time::Instant::now(),
+            Duration::MAX,
+        );
+        assert!(timeout(Duration::from_secs(3600), refresh).await.is_err());
     }
 
     #[test]
