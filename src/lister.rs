@@ -102,8 +102,12 @@ impl<K> NamespaceLister<K>
 where
     K: Resource + Send + Sync + 'static,
 {
-    /// Objects of this namespace matching `selector`.
+    /// Objects of this namespace matching `selector`. The namespace `""` is every namespace,
+    /// as client-go's `ListAllByNamespace` has it (`metav1.NamespaceAll`).
     pub fn list(&self, selector: &Selector) -> Vec<Arc<K>> {
+        if self.namespace.is_empty() {
+            return self.indexer.list_selected(selector);
+        }
         match self
             .indexer
             .by_index_selected(NAMESPACE_INDEX, &self.namespace, selector)

@@ -173,7 +173,8 @@ impl<K: Resource + Send + Sync + 'static> Cache<K> {
     ///
     /// # Errors
     ///
-    /// [`IndexError::NoSuchIndex`] if no such index is registered.
+    /// [`IndexError::NoSuchIndex`] if no such index is registered;
+    /// [`IndexError::Panicked`] if its function panicked on `obj`.
     pub fn index(&self, index_name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
         self.indexer.index(index_name, obj)
     }

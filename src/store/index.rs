@@ -64,6 +64,11 @@ pub enum IndexError {
     /// The object has no valid key.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// The index function panicked on the object a query gave it
+    /// ([`Indexer::index`](super::Indexer::index)); the panic is logged. (On a write, the object
+    /// is left out of that index instead.)
+    #[error("index function {0:?} panicked")]
+    Panicked(String),
 }
 
 /// Index values → keys of the objects indexed under them, for one index (client-go's `Index`).

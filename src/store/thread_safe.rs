@@ -701,7 +701,17 @@ where
     fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
         let inner = self.read();
         let named = inner.index(name)?;
-        let values = (named.func)(obj);
+        // The user's function, on an object of theirs: a panic is theirs to hear of, not to
+        // unwind through the store's read lock into their thread.
+        let values = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (named.func)(obj)))
+            .map_err(|panic| {
+            tracing::error!(
+                index = name,
+                panic = %crate::panic_message(&*panic),
+                "index function panicked on the object of a query"
+            );
+            IndexError::Panicked(name.to_owned())
+        })?;
         if let [value] = values.as_slice() {
             return Ok(named
                 .index
@@ -1416,7 +1426,8 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     ///
     /// # Errors
     ///
-    /// [`IndexError::NoSuchIndex`] if no such index is registered.
+    /// [`IndexError::NoSuchIndex`] if no such index is registered;
+    /// [`IndexError::Panicked`] if its function panicked on `obj`.
     pub fn index(&self, index_name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
         self.core.index(index_name, obj)
     }
@@ -1571,6 +1582,42 @@ mod tests {
             },
             ..Default::default()
         })
+    }
+
+    /// A panicking index function: a query with it is an error, logged, not a panic through
+    /// the caller; a write leaves the object out of that index.
+    #[test]
+    fn an_index_function_that_panics_on_a_query_is_an_error() {
+        let store = Indexer::<ConfigMap>::new();
+        store
+            .index_by("boom", |c: &ConfigMap| -> Vec<String> {
+                assert!(c.metadata.labels.iter().flatten().count() == 0, "boom");
+                vec!["x".to_owned()]
+            })
+            .unwrap();
+        store.add(cm("ns", "a", &[])).unwrap();
+        store.add(cm("ns", "b", &["l"])).unwrap();
+        assert_eq!(store.by_index("boom", "x").unwrap().len(), 1);
+        assert_eq!(store.index("boom", &cm("ns", "p", &[])).unwrap().len(), 1);
+        assert!(matches!(
+            store.index("boom", &cm("ns", "p", &["l"])),
+            Err(IndexError::Panicked(name)) if name == "boom"
+        ));
+    }
+
+    /// The namespace `""` is every namespace, as client-go's `ListAllByNamespace` has it.
+    #[test]
+    fn a_namespace_lister_of_the_empty_namespace_lists_every_namespace() {
+        let store = Indexer::<ConfigMap>::new();
+        store.add(cm("a", "x", &["l"])).unwrap();
+        store.add(cm("b", "y", &[])).unwrap();
+        let lister = crate::Lister::new(store.reader());
+        let all = kube::core::Selector::default();
+        assert_eq!(lister.namespaced("").list(&all).len(), 2);
+        assert_eq!(lister.namespaced("a").list(&all).len(), 1);
+        let labelled: kube::core::Selector = kube::core::Expression::Exists("l".to_owned()).into();
+        assert_eq!(lister.namespaced("").list(&labelled).len(), 1);
+        assert_eq!(lister.namespaced("b").list(&labelled).len(), 0);
     }
 
     /// Indexes a configmap under each of its label names.
