@@ -499,7 +499,8 @@ impl LeaderElector {
         let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &c.namespace);
         let mut guard = TermGuard(None);
         let mut term_number = 0u64;
-        let mut retry = tokio::time::interval_at(Instant::now() + c.retry_period, c.retry_period);
+        let retry_period = c.retry_period.min(crate::FAR_FUTURE);
+        let mut retry = tokio::time::interval_at(Instant::now() + retry_period, retry_period);
         // Polls in a row that found the Lease free while the manager did not take it.
         let mut free_polls = 0u32;
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -144,6 +144,13 @@ pub(crate) fn current_runtime() -> Result<tokio::runtime::Handle, NoRuntime> {
     tokio::runtime::Handle::try_current().map_err(|source| NoRuntime { source })
 }
 
+/// The longest wait the crate's timers take (tokio's own "far future", 30 years): a longer
+/// configured delay or period (`Duration::MAX` meant as "never") waits this long instead.
+/// Past it `Instant` arithmetic could overflow, and tokio panics on a deadline within a
+/// millisecond of the largest `Instant`.
+pub(crate) const FAR_FUTURE: std::time::Duration =
+    std::time::Duration::from_secs(86_400 * 365 * 30);
+
 /// The message of a caught panic, for logs and errors.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic

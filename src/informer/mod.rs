@@ -532,8 +532,10 @@ where
         drop(st);
         // Late join: no deltas may be applied between the snapshot and the registration.
         let _block = inner.block_deltas.lock();
-        inner.processor.add(listener.clone())?;
+        // The clock first: a resync check between the two would find a registered listener
+        // without one, take it as due, and resync every handler at once.
         listener.start_resync_clock(tokio::time::Instant::now());
+        inner.processor.add(listener.clone())?;
         // Snapshots: a compact cache's objects wait in the buffer compressed, decoded as the
         // handler is called.
         for obj in inner.indexer.snapshots() {

@@ -853,7 +853,7 @@ impl<K> Listener<K> {
         match r.next {
             Some(next) if now < next => false,
             _ => {
-                r.next = Some(now + r.period);
+                r.next = Some(now + r.period.min(crate::FAR_FUTURE));
                 true
             }
         }
@@ -866,7 +866,7 @@ impl<K> Listener<K> {
     pub(crate) fn start_resync_clock(&self, now: Instant) {
         let mut r = self.resync.lock();
         if !r.period.is_zero() && r.next.is_none() {
-            r.next = Some(now + r.period);
+            r.next = Some(now + r.period.min(crate::FAR_FUTURE));
         }
     }
 }

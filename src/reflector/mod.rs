@@ -117,7 +117,8 @@ pub struct ReflectorConfig {
     /// connection would go unnoticed until the watch's own timeout. Servers without a watch
     /// cache (`--watch-cache=false`, some aggregated APIs) send no bookmarks: there a quiet
     /// watch is restarted every `idle_timeout`, which costs one request and no relist.
-    /// `Duration::ZERO` disables the check beyond the watch's `timeoutSeconds` plus 60 s.
+    /// `Duration::ZERO` disables the check beyond the watch's `timeoutSeconds` plus 60 s (and
+    /// for lists, beyond [`DEFAULT_WATCH_IDLE_TIMEOUT`] without a byte).
     pub idle_timeout: Duration,
     /// How long a watch request may wait for the server's answer (its response headers) before
     /// the connection is taken for dead; the reflector then backs off one step and watches again
@@ -579,7 +580,11 @@ where
     }
 
     fn watch_timeout_seconds(&mut self) -> u32 {
-        let min = self.config.min_watch_timeout.as_secs().max(1);
+        let min = self
+            .config
+            .min_watch_timeout
+            .as_secs()
+            .clamp(1, u64::from(u32::MAX));
         u32::try_from(min + self.rng.u64(0..=min)).unwrap_or(u32::MAX)
     }
 
@@ -605,8 +610,15 @@ where
 
     /// How long a list request may go without receiving anything (headers or body bytes): the
     /// idle timeout, which is longer than kube-apiserver's own default request timeout (60 s).
+    /// With the idle check off a list still has [`DEFAULT_WATCH_IDLE_TIMEOUT`]: kube's client
+    /// has no read timeout, and a list on a dead connection would otherwise never end, nor
+    /// report anything.
     fn list_idle_timeout(&self) -> Option<Duration> {
-        Some(self.config.idle_timeout).filter(|d| !d.is_zero())
+        Some(if self.config.idle_timeout.is_zero() {
+            DEFAULT_WATCH_IDLE_TIMEOUT
+        } else {
+            self.config.idle_timeout
+        })
     }
 
     /// The `List` state: a streaming list when enabled (handing back its watch to go on with),
@@ -1105,7 +1117,7 @@ async fn resync_loop<K, S>(
             // Re-armed after each check, as client-go's `resyncChan`: the listeners' next-due
             // times are set during the check, so a fixed-rate ticker would find them not quite
             // due every other time and resync at twice the period.
-            let deadline = Instant::now() + period;
+            let deadline = Instant::now() + period.min(crate::FAR_FUTURE);
             tokio::select! {
                 () = tokio::time::sleep_until(deadline) => {}
                 _ = listed.changed() => {}

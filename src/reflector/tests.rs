@@ -531,6 +531,41 @@ async fn zero_idle_timeout_waits_for_the_watch_timeout_plus_a_minute() {
     assert_eq!(t[2].0 - t[1].0, Duration::from_secs(timeout + 60));
 }
 
+/// With the idle check off, a list still gives up on a connection that sends nothing (kube's
+/// client has no read timeout); watches keep their `timeoutSeconds` plus a minute (above).
+#[tokio::test(start_paused = true)]
+async fn zero_idle_timeout_still_bounds_lists() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("10", None, vec![])));
+    let _r = start(&lw, no_jitter().idle_timeout(Duration::ZERO));
+    lw.wait_for("a list", |rs| !rs.is_empty()).await;
+    let reqs = lw.requests();
+    assert_eq!(
+        list_opts(&reqs[0]).idle_timeout,
+        Some(DEFAULT_WATCH_IDLE_TIMEOUT)
+    );
+}
+
+/// Durations meant as "never" (`Duration::MAX`) do not overflow an `Instant` and panic the
+/// reflector's task, which would end its watch too.
+#[tokio::test(start_paused = true)]
+async fn huge_resync_period_and_watch_timeout_do_not_panic() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("10", None, vec![cm("ns", "a", "10")])));
+    let mut config = no_jitter().resync_period(Duration::MAX);
+    config.min_watch_timeout = Duration::MAX;
+    let r = start(&lw, config);
+    lw.wait_for("a watch", |rs| rs.iter().any(is_watch)).await;
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(
+        !r.task.is_finished(),
+        "the reflector's task ended (panicked)"
+    );
+    let reqs = lw.requests();
+    let watch = reqs.iter().find(|r| is_watch(r)).unwrap();
+    assert_eq!(watch_opts(watch).timeout_seconds, u32::MAX);
+}
+
 #[tokio::test(start_paused = true)]
 async fn error_handler_sees_every_error() {
     let lw = MockLw::new();

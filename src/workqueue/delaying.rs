@@ -204,7 +204,7 @@ impl<T: QueueItem> DelayingQueue<T> {
         if delay.is_zero() {
             return self.shared.queue.add(item);
         }
-        let at = Instant::now() + delay.min(super::FAR_FUTURE);
+        let at = Instant::now() + delay.min(crate::FAR_FUTURE);
         let mut waiting = self.shared.waiting.lock();
         // Checked again under the lock the timer clears the waiting items under, once it has
         // seen the shutdown: an item is either refused here or dropped with the others.

@@ -16,10 +16,6 @@
 mod delaying;
 mod metrics;
 
-/// The longest wait a queue's timers take (as tokio's own "far future"): a longer delay or
-/// period waits this long. Past it `Instant` arithmetic could overflow, and tokio panics on a
-/// deadline within a millisecond of the largest `Instant`.
-const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(86_400 * 365 * 30);
 mod queue;
 mod rate_limiter;
 mod rate_limiting;

@@ -473,7 +473,7 @@ async fn update_unfinished_work_loop<T: QueueItem>(
     // `interval` panics on a zero period; a 1 ms floor is far below any sensible setting. A
     // huge period (to turn the refresh off) must not overflow `start + period`, which would
     // panic in this task.
-    let period = period.clamp(Duration::from_millis(1), super::FAR_FUTURE);
+    let period = period.clamp(Duration::from_millis(1), crate::FAR_FUTURE);
     let mut ticker = tokio::time::interval_at(start + period, period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
