@@ -1296,11 +1296,14 @@ async fn a_relist_tells_every_handler_of_unchanged_objects_until_a_resync_check(
     informer.start();
     assert_ok(&listener, "initial list", &["pod1"]).await;
 
-    // A change only a relist shows, then the watch ends and its version expires: a relist,
-    // at once (the watch lasted a second, so its end is no failure).
+    // A change only a relist shows, then the watch ends and its version expires: the re-watch
+    // gets 410, and the relist follows one backoff step (at most 1.6 s with jitter), as
+    // client-go's `BackoffUntil` around `ListAndWatch` waits.
     source.add_drop_watch(pod_uid("pod2"));
     tokio::time::advance(SECOND).await;
     source.reset_watch();
+    settle(Duration::from_millis(10)).await;
+    tokio::time::advance(Duration::from_millis(1601)).await;
     wait_until("pod2 relisted", || {
         listener.received().contains(&"pod2".to_owned())
     })

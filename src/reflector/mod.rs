@@ -339,6 +339,11 @@ pub struct Reflector<K, S = DeltaFifo<K>> {
     rv_unavailable: bool,
     paginated_result: bool,
     watch_list_unsupported: bool,
+    /// The last step was a backoff before a watch: the next watch is a re-watch after one.
+    backed_off_to_watch: bool,
+    /// The running watch (or the one being started) followed a backoff step; see
+    /// [`policy::after`].
+    watch_after_backoff: bool,
     backoff: Backoff,
     rng: fastrand::Rng,
 }
@@ -432,6 +437,8 @@ where
             rv_unavailable: false,
             paginated_result: false,
             watch_list_unsupported: false,
+            backed_off_to_watch: false,
+            watch_after_backoff: false,
             rng: fastrand::Rng::new(),
         }
     }
@@ -504,15 +511,23 @@ where
     /// Performs one state and returns the next.
     async fn step(&mut self, state: State<K>) -> State<K> {
         match state {
-            State::List => match self.list_or_stream().await {
-                Ok(Some(watching)) => State::Watching(watching),
-                Ok(None) => State::Watch,
-                Err(e) => self.recover(Step::List, &e),
-            },
-            State::Watch => match self.start_watch().await {
-                Ok(watching) => State::Watching(watching),
-                Err(e) => self.recover(Step::WatchStart, &e),
-            },
+            State::List => {
+                // A streaming list's watch goes on from it: no backoff before it.
+                self.watch_after_backoff = false;
+                match self.list_or_stream().await {
+                    Ok(Some(watching)) => State::Watching(watching),
+                    Ok(None) => State::Watch,
+                    Err(e) => self.recover(Step::List, &e),
+                }
+            }
+            State::Watch => {
+                let after_backoff = std::mem::take(&mut self.backed_off_to_watch);
+                self.watch_after_backoff = after_backoff;
+                match self.start_watch().await {
+                    Ok(watching) => State::Watching(watching),
+                    Err(e) => self.recover(Step::WatchStart { after_backoff }, &e),
+                }
+            }
             State::Watching(mut w) => match self.next_event(&mut w).await {
                 Ok(true) => State::Watching(w),
                 // Ended as the server promised (timeoutSeconds): go on from the last version.
@@ -520,12 +535,14 @@ where
                 Err(e) => self.recover(
                     Step::Watch {
                         delivered: w.events > 0,
+                        after_backoff: self.watch_after_backoff,
                     },
                     &e,
                 ),
             },
             State::BackOff(then) => {
                 self.back_off().await;
+                self.backed_off_to_watch = then == Then::Watch;
                 Next::Now(then).into()
             }
         }

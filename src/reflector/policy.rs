@@ -11,11 +11,16 @@ pub(crate) enum Step {
     /// Listing (or streaming the initial list) and replacing the store.
     List,
     /// Starting a watch.
-    WatchStart,
+    WatchStart {
+        /// The watch is a re-watch after a backoff step (see [`after`]).
+        after_backoff: bool,
+    },
     /// Reading a running watch; `delivered` is whether it had delivered any event.
     Watch {
         /// The watch had delivered at least one event (or bookmark).
         delivered: bool,
+        /// The watch is a re-watch after a backoff step (see [`after`]).
+        after_backoff: bool,
     },
 }
 
@@ -47,11 +52,15 @@ pub(crate) enum Then {
 ///   resourceVersion, so back off and watch again from it (`isWatchErrorRetriable`;
 ///   `handleWatch` ending on a broken stream). A watch silent past the idle timeout is restarted
 ///   at once instead (see the table).
-/// - 410 Expired on a watch that had delivered nothing (the first answer of a re-watch): the
-///   version fell out of the server's window while the reflector was away, which is no new
-///   failure of the server; relist at once, so that recovering from a cut costs one backoff
-///   step (the one before the re-watch), not two. client-go recovers within one step as well:
-///   its re-watch follows a cut at once and the backoff comes before the relist.
+/// - 410 Expired on a watch that had delivered nothing and was a re-watch after a backoff step
+///   (the first answer after a cut): the version fell out of the server's window while the
+///   reflector waited, which is no new failure of the server; relist at once, so that
+///   recovering from a cut costs one backoff step (the one before the re-watch), not two.
+///   client-go recovers within one step as well: its re-watch follows a cut at once and the
+///   backoff comes before the relist. Any other watch (right after a list, after a watch that
+///   ended or went idle) backs off before relisting, as client-go always does: a server whose
+///   watches refuse every version its lists give (an HA control plane whose members' watch
+///   caches disagree) would otherwise be relisted in a loop with no wait.
 /// - 410 on a watch that had delivered events, any other error event, or a watch that closed
 ///   within a second with nothing (client-go "very short watch"): relist after a backoff step,
 ///   as client-go returns from `ListAndWatch` and its backoff manager waits once.
@@ -62,18 +71,21 @@ pub(crate) fn after(step: Step, error: &Error) -> Next {
     match step {
         Step::List => Next::AfterBackOff(Then::List),
         // The server did not answer the watch request in time: a dead connection or server.
-        Step::WatchStart
+        Step::WatchStart { .. }
             if matches!(error, Error::IdleTimeout(_) | Error::WatchStartTimeout(_)) =>
         {
             Next::AfterBackOff(Then::Watch)
         }
-        Step::WatchStart => match error.list_watch_error() {
-            Some(e) if e.is_expired() => Next::Now(Then::List),
+        Step::WatchStart { after_backoff } => match error.list_watch_error() {
+            Some(e) if e.is_expired() && after_backoff => Next::Now(Then::List),
             Some(ListWatchError::Request(_)) => Next::AfterBackOff(Then::Watch),
             Some(e) if e.is_too_many_requests() => Next::AfterBackOff(Then::Watch),
             _ => Next::AfterBackOff(Then::List),
         },
-        Step::Watch { delivered } => match error {
+        Step::Watch {
+            delivered,
+            after_backoff,
+        } => match error {
             // Nothing arrived for longer than the server's bookmark cadence: the connection is
             // taken for dead and the watch restarted at once, on a new connection. A live server
             // that merely had nothing to say (an idle resource's first bookmark can take two
@@ -86,7 +98,7 @@ pub(crate) fn after(step: Step, error: &Error) -> Next {
                     Next::AfterBackOff(Then::Watch)
                 }
                 e if e.is_too_many_requests() => Next::AfterBackOff(Then::Watch),
-                e if e.is_expired() && !delivered => Next::Now(Then::List),
+                e if e.is_expired() && !delivered && after_backoff => Next::Now(Then::List),
                 _ => Next::AfterBackOff(Then::List),
             },
             _ => Next::AfterBackOff(Then::List),
@@ -116,8 +128,26 @@ mod tests {
     fn recovery_table() {
         use Next::{AfterBackOff, Now};
         use Then::{List, Watch};
-        let fresh = Step::Watch { delivered: false };
-        let running = Step::Watch { delivered: true };
+        // Watches started after a backoff step (re-watches after a failure).
+        let start = Step::WatchStart {
+            after_backoff: true,
+        };
+        let fresh = Step::Watch {
+            delivered: false,
+            after_backoff: true,
+        };
+        let running = Step::Watch {
+            delivered: true,
+            after_backoff: true,
+        };
+        // Watches started right after a list, or after a watch that ended or went idle.
+        let start_at_once = Step::WatchStart {
+            after_backoff: false,
+        };
+        let fresh_at_once = Step::Watch {
+            delivered: false,
+            after_backoff: false,
+        };
         let table: Vec<(Step, Error, Next)> = vec![
             // Lists: every failure backs off (an expired version is retried inside the list).
             (
@@ -143,23 +173,26 @@ mod tests {
             ),
             // Starting a watch.
             (
-                Step::WatchStart,
+                start,
                 Error::WatchStart(connection_refused()),
                 AfterBackOff(Watch),
             ),
             (
-                Step::WatchStart,
+                start,
                 Error::WatchStart(api_error(429, "TooManyRequests", "")),
                 AfterBackOff(Watch),
             ),
-            (Step::WatchStart, Error::WatchStart(gone()), Now(List)),
+            (start, Error::WatchStart(gone()), Now(List)),
+            // 410 from a watch that no backoff step preceded: the relist waits one.
+            (start_at_once, Error::WatchStart(gone()), AfterBackOff(List)),
+            (fresh_at_once, Error::Watch(gone()), AfterBackOff(List)),
             (
-                Step::WatchStart,
+                start,
                 Error::WatchStart(api_error(403, "Forbidden", "")),
                 AfterBackOff(List),
             ),
             (
-                Step::WatchStart,
+                start,
                 Error::WatchStart(api_error(500, "InternalError", "")),
                 AfterBackOff(List),
             ),
@@ -179,12 +212,12 @@ mod tests {
                 Now(Watch),
             ),
             (
-                Step::WatchStart,
+                start,
                 Error::IdleTimeout(Duration::from_secs(75)),
                 AfterBackOff(Watch),
             ),
             (
-                Step::WatchStart,
+                start,
                 Error::WatchStartTimeout(Duration::from_secs(30)),
                 AfterBackOff(Watch),
             ),

@@ -891,19 +891,33 @@ async fn a_cut_then_410_on_the_rewatch_relists_within_one_backoff_step() {
     assert_eq!(errs.len(), 2, "{errs:?}");
 }
 
+/// A watch that answers 410 right after a list (an HA control plane whose members' watch
+/// caches disagree): each relist waits a backoff step, growing, as client-go's `BackoffUntil`
+/// around `ListAndWatch` does, rather than relisting in a loop with no wait.
 #[tokio::test(start_paused = true)]
-async fn a_410_on_the_first_watch_after_a_list_relists_without_backoff() {
+async fn a_410_on_the_first_watch_after_a_list_relists_after_a_growing_backoff() {
     let lw = MockLw::new();
+    let gone = || WatchScript::Fail(ListWatchError::Api(gone_status()));
     lw.list(Ok(page("10", None, vec![])))
-        .watch(WatchScript::Fail(ListWatchError::Api(gone_status())))
-        .list(Ok(page("12", None, vec![])));
+        .watch(gone())
+        .list(Ok(page("12", None, vec![])))
+        .watch(WatchScript::Events(vec![Ok(WatchEvent::Error(
+            gone_status(),
+        ))]))
+        .list(Ok(page("14", None, vec![])));
     let _r = start(&lw, no_jitter());
-    lw.wait_for("the relist", |rs| {
-        rs.iter().filter(|r| is_list(r)).count() >= 2
+    lw.wait_for("the second relist", |rs| {
+        rs.iter().filter(|r| is_list(r)).count() >= 3
     })
     .await;
     let t = lw.timed_requests();
-    assert_eq!(t[2].0 - t[1].0, Duration::ZERO);
+    assert!(
+        is_list(&t[0].1) && is_watch(&t[1].1) && is_list(&t[2].1) && is_watch(&t[3].1),
+        "{t:?}"
+    );
+    assert!(is_list(&t[4].1), "{t:?}");
+    assert_eq!(t[2].0 - t[1].0, Duration::from_millis(800));
+    assert_eq!(t[4].0 - t[3].0, Duration::from_millis(1600));
 }
 
 #[tokio::test(start_paused = true)]
