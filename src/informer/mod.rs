@@ -572,8 +572,12 @@ where
     /// `ShutDownEventHandler`): a call in progress has returned, the handler has been dropped,
     /// and its thread (if it has one of its own) has ended. Idempotent.
     ///
-    /// Must not be awaited from the handler's own callbacks (it would wait for itself); those
-    /// can use [`remove_event_handler`](Self::remove_event_handler).
+    /// Must not be awaited from the callbacks of a handler on its own thread for that handler
+    /// (it would wait for itself); those can use
+    /// [`remove_event_handler`](Self::remove_event_handler). On the informer's shared handler
+    /// thread, for a handler on that same thread (itself or another), it returns once the
+    /// handler is removed: none of them can be mid-call while the thread runs the caller, and
+    /// the handler is called no more; it is dropped when the thread next gets to it.
     ///
     /// # Errors
     ///
@@ -1293,10 +1297,7 @@ where
 
 impl<K> Inner<K> {
     pub(crate) fn remove_listener(&self, listener: &Arc<Listener<K>>) {
-        if let Some(l) = self.processor.remove(listener) {
-            // Do not join here: removal may be called from inside a handler.
-            drop(l.stop());
-        }
+        self.processor.remove(listener);
     }
 }
 

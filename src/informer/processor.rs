@@ -703,6 +703,8 @@ pub(crate) struct Listener<K> {
     resync: Mutex<ResyncState>,
     /// A dedicated thread, to join.
     thread: Mutex<Option<HandlerThread>>,
+    /// The informer's shared handler thread, when the handler runs as a task on it.
+    shared_thread: std::sync::OnceLock<std::thread::ThreadId>,
     /// Set when the listener is due for the resync the informer is running now.
     syncing: AtomicBool,
 }
@@ -714,6 +716,19 @@ struct ResyncState {
 }
 
 impl<K> Listener<K> {
+    /// Waits until the handler will be called no more (see
+    /// [`ListenerQueue::wait_finished`]). Once its queue is closed, a handler on the shared
+    /// handler thread cannot be mid-call when that very thread asks (another handler there is
+    /// running), and checks the queue before each call: waiting there would wait on the waiter
+    /// (a deadlock), so it returns at once; the handler is dropped when the thread next runs it.
+    pub(crate) async fn wait_finished(&self) {
+        if self.queue.is_closed() && self.shared_thread.get() == Some(&std::thread::current().id())
+        {
+            return;
+        }
+        self.queue.wait_finished().await;
+    }
+
     /// Closes the queue; hands back a dedicated handler thread to join.
     pub(crate) fn stop(&self) -> Option<HandlerThread> {
         self.queue.close();
@@ -737,6 +752,7 @@ impl<K> Listener<K> {
                 next: None,
             }),
             thread: Mutex::new(None),
+            shared_thread: std::sync::OnceLock::new(),
             // client-go `sharedProcessor.addListener` registers every listener as syncing: until
             // the first resync check, it hears of same-version updates (a relist's unchanged
             // objects) too; an informer without resync never checks, so its listeners always do.
@@ -756,6 +772,9 @@ impl<K> Listener<K> {
     {
         let queue = self.queue.clone();
         self.queue.has_consumer.store(true, Ordering::Release);
+        let _ = self
+            .shared_thread
+            .set(dispatcher.thread.handle.thread().id());
         let finished = FinishGuard(queue.clone());
         let task = async move {
             let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
@@ -877,6 +896,9 @@ pub(crate) struct Processor<K> {
     next_id: AtomicU64,
     /// Started with the first handler that runs as a task.
     dispatcher: Mutex<Option<Dispatcher>>,
+    /// Dedicated threads of handlers removed while the informer ran, which may still be in a
+    /// call: the informer's stop waits for them too ([`stop_all`](Self::stop_all)).
+    removed: Mutex<Vec<HandlerThread>>,
     /// Set by [`stop_all`](Self::stop_all): no listener or handler thread may start afterwards.
     stopped: AtomicBool,
     /// See [`WAKE_AT`].
@@ -891,6 +913,7 @@ impl<K> Processor<K> {
             listeners: RwLock::new(Vec::new()),
             next_id: AtomicU64::new(1),
             dispatcher: Mutex::new(None),
+            removed: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
             wake_at: wake_at.max(1),
         }
@@ -956,11 +979,22 @@ impl<K> Processor<K> {
         Ok(())
     }
 
-    /// Removes this very listener (matched by identity, never by id: ids are per informer).
-    pub(crate) fn remove(&self, listener: &Arc<Listener<K>>) -> Option<Arc<Listener<K>>> {
-        let mut g = self.listeners.write();
-        let pos = g.iter().position(|l| Arc::ptr_eq(l, listener))?;
-        Some(g.remove(pos))
+    /// Removes this very listener (matched by identity, never by id: ids are per informer)
+    /// and stops it, without waiting (removal may be called from inside a handler). A dedicated
+    /// thread it had is kept for the informer's stop to wait for.
+    pub(crate) fn remove(&self, listener: &Arc<Listener<K>>) {
+        let removed = {
+            let mut g = self.listeners.write();
+            let Some(pos) = g.iter().position(|l| Arc::ptr_eq(l, listener)) else {
+                return;
+            };
+            g.remove(pos)
+        };
+        if let Some(thread) = removed.stop() {
+            let mut kept = self.removed.lock();
+            kept.retain(|t| !t.handle.is_finished());
+            kept.push(thread);
+        }
     }
 
     pub(crate) fn all(&self) -> Vec<Arc<Listener<K>>> {
@@ -1084,6 +1118,7 @@ impl<K> Processor<K> {
         };
         let mut threads: Vec<_> = ls.iter().filter_map(|l| l.stop()).collect();
         threads.extend(self.dispatcher.lock().take().map(Dispatcher::stop));
+        threads.append(&mut self.removed.lock());
         threads
     }
 }

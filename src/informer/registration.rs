@@ -59,13 +59,15 @@ where
     }
 
     /// Waits until this handler will be called no more (after its removal, or once its informer
-    /// has stopped).
+    /// has stopped). On the informer's shared handler thread, for a removed handler on that
+    /// thread, it returns at once (see
+    /// [`shut_down_event_handler`](crate::SharedIndexInformer::shut_down_event_handler)).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe.
     pub async fn wait_finished(&self) {
-        self.listener.queue.wait_finished().await;
+        self.listener.wait_finished().await;
     }
 
     /// Notifications buffered for this handler and not yet handled.

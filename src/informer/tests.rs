@@ -1653,6 +1653,63 @@ fn shutting_down_handler<F: Fn(&SharedIndexInformer<ConfigMap>) + Send + 'static
     (handler, returned)
 }
 
+/// A handler on the shared handler thread shuts another one there down, blocking on it: the
+/// other cannot be mid-call (the thread is busy with the first), so waiting for it would wait
+/// on the waiter. It returns, the other is called no more, and the informer's shutdown ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_thread_handler_may_shut_down_a_sibling() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    lw.watch_channel();
+    let inf = informer(&lw);
+    let (sibling, log) = recorder();
+    let reg = inf.add_event_handler(sibling).unwrap();
+    let (rt, inf2) = (tokio::runtime::Handle::current(), inf.clone());
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    inf.add_event_handler(
+        ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+            rt.block_on(inf2.shut_down_event_handler(&reg)).unwrap();
+            flag.store(true, Ordering::SeqCst);
+        }),
+    )
+    .unwrap();
+    inf.start();
+    eventually("the sibling shut down", || done.load(Ordering::SeqCst)).await;
+    within("shutdown", inf.shutdown()).await;
+    assert!(log.lock().len() <= 1, "{:?}", log.lock());
+}
+
+/// A handler on its own thread, removed while in a call: the informer's shutdown still waits
+/// for that thread, as it says it waits for every handler thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_the_thread_of_a_removed_handler() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    lw.watch_channel();
+    let inf = informer(&lw);
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    let reg = inf
+        .add_event_handler_with_options(
+            ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+                entered_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(300));
+                flag.store(true, Ordering::SeqCst);
+            }),
+            HandlerOptions::default().dedicated_thread(),
+        )
+        .unwrap();
+    inf.start();
+    tokio::task::spawn_blocking(move || entered_rx.recv().unwrap())
+        .await
+        .unwrap();
+    inf.remove_event_handler(&reg).unwrap();
+    within("shutdown", inf.shutdown()).await;
+    assert!(done.load(Ordering::SeqCst), "shutdown returned mid-call");
+}
+
 /// A handler may block on its informer's `shutdown` (`Handle::block_on`), on a thread of its
 /// own or on the shared handler thread: the stop does not wait for the thread that waits for
 /// it, and still waits for the other handler threads.
