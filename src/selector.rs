@@ -28,8 +28,6 @@ enum Token {
     DoubleEq,
     NotEq,
     Bang,
-    In,
-    NotIn,
     Open,
     Close,
     Comma,
@@ -77,11 +75,9 @@ fn lex(input: &str) -> Vec<Token> {
                     word.push(n);
                     chars.next();
                 }
-                match word.as_str() {
-                    "in" => Token::In,
-                    "notin" => Token::NotIn,
-                    _ => Token::Ident(word),
-                }
+                // `in` and `notin` are operators only where an operator is due: apimachinery
+                // reads them as identifiers where a key or a value is (`in=notin` is valid).
+                Token::Ident(word)
             }
         };
         tokens.push(token);
@@ -97,11 +93,15 @@ fn validate_key(key: &str) -> Result<(), String> {
         None => (None, key),
     };
     if let Some(prefix) = prefix {
-        let ok = !prefix.is_empty()
-            && prefix.len() <= 253
-            && prefix
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        // A DNS-1123 subdomain: dot-separated labels of lowercase alphanumerics and `-`, each
+        // starting and ending with an alphanumeric.
+        let dns_label = |l: &str| {
+            let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+            l.chars().all(|c| alnum(c) || c == '-')
+                && l.chars().next().is_some_and(alnum)
+                && l.chars().last().is_some_and(alnum)
+        };
+        let ok = !prefix.is_empty() && prefix.len() <= 253 && prefix.split('.').all(dns_label);
         if !ok {
             return Err(format!("invalid label key prefix {prefix:?}"));
         }
@@ -172,8 +172,8 @@ impl Parser {
             }
             Some(Token::Eq | Token::DoubleEq) => Ok(Expression::Equal(key, self.value()?)),
             Some(Token::NotEq) => Ok(Expression::NotEqual(key, self.value()?)),
-            Some(Token::In) => Ok(Expression::In(key, self.set()?)),
-            Some(Token::NotIn) => Ok(Expression::NotIn(key, self.set()?)),
+            Some(Token::Ident(op)) if op == "in" => Ok(Expression::In(key, self.set()?)),
+            Some(Token::Ident(op)) if op == "notin" => Ok(Expression::NotIn(key, self.set()?)),
             Some(Token::Gt | Token::Lt) => Err(format!(
                 "numeric comparison on {key:?} is not supported by kube::core::Expression"
             )),
@@ -196,27 +196,41 @@ impl Parser {
         }
     }
 
+    /// A parenthesised set of values, read as apimachinery's `parseValues` and
+    /// `parseIdentifiersList` read it: `()` is the set of the empty value, and so is a missing
+    /// value next to a comma (`(,a)`, `(a,)`, `(a,,b)`), so a set is never empty.
     fn set(&mut self) -> Result<BTreeSet<String>, String> {
         if self.next() != Some(Token::Open) {
             return Err("expected '(' after set operator".into());
         }
         let mut values = BTreeSet::new();
+        if self.peek() == Some(&Token::Close) {
+            self.next();
+            values.insert(String::new());
+            return Ok(values);
+        }
+        // Whether a value (possibly the empty one) was read since the last comma.
+        let mut have_value = false;
         loop {
             match self.next() {
-                Some(Token::Ident(v)) => {
+                Some(Token::Ident(v)) if !have_value => {
                     validate_value(&v)?;
                     values.insert(v);
+                    have_value = true;
                 }
-                Some(Token::Close) if values.is_empty() => {
-                    // apimachinery `NewRequirement`: set operators need at least one value.
-                    return Err("for 'in', 'notin' operators, values set can't be empty".into());
+                Some(Token::Comma) => {
+                    if !have_value {
+                        values.insert(String::new());
+                    }
+                    have_value = false;
                 }
-                t => return Err(format!("expected a value in set, found {t:?}")),
-            }
-            match self.next() {
-                Some(Token::Comma) => continue,
-                Some(Token::Close) => return Ok(values),
-                t => return Err(format!("expected ',' or ')' in set, found {t:?}")),
+                Some(Token::Close) => {
+                    if !have_value {
+                        values.insert(String::new());
+                    }
+                    return Ok(values);
+                }
+                t => return Err(format!("expected a value, ',' or ')' in set, found {t:?}")),
             }
         }
     }
@@ -236,14 +250,15 @@ impl Parser {
 ///     ("tier".to_string(), "fe".to_string()),
 /// ]);
 /// assert!(sel.matches(&labels));
-/// assert!(kube_informer::parse_label_selector("a in ()").is_err());
+/// assert!(kube_informer::parse_label_selector("a in (x").is_err());
 /// # Ok::<(), kube_informer::selector::SelectorParseError>(())
 /// ```
 ///
 /// # Errors
 ///
-/// [`SelectorParseError`] for a syntax error, an invalid key or value, an empty set, or a
-/// numeric operator (`>`/`<`), which [`Expression`] cannot represent.
+/// [`SelectorParseError`] for a syntax error, an invalid key or value, or a numeric operator
+/// (`>`/`<`), which [`Expression`] cannot represent. As in apimachinery, `()` is the set of the
+/// empty value, not an empty set.
 pub fn parse_label_selector(input: &str) -> Result<Selector, SelectorParseError> {
     let fail = |reason: String| SelectorParseError {
         selector: input.to_string(),
@@ -419,8 +434,12 @@ mod tests {
     #[test]
     fn malformed_selectors_are_errors_not_panics() {
         for bad in [
-            "a in ()",
             "a in (x",
+            "a in (x y)",
+            "a in (x)(",
+            "-x/k=v",
+            "x./k=v",
+            "x.-y/k=v",
             "a in x",
             "a=b,",
             ",a",
@@ -454,8 +473,51 @@ mod tests {
 
     #[test]
     fn error_names_the_selector() {
-        let err = parse_label_selector("a in ()").unwrap_err();
-        assert_eq!(err.selector, "a in ()");
-        assert!(err.to_string().contains("can't be empty"), "{err}");
+        let err = parse_label_selector("a in (x").unwrap_err();
+        assert_eq!(err.selector, "a in (x");
+        assert!(err.to_string().contains("in set"), "{err}");
+    }
+
+    /// apimachinery reads `in` and `notin` as identifiers where a key or a value is due, and
+    /// a missing value in a set as the empty value (its own doc's example:
+    /// `x in (foo,,baz),y,z notin ()`).
+    #[test]
+    fn keywords_as_keys_and_values_and_empty_values_in_sets_parse_as_apimachinery() {
+        let cases: [(&str, Vec<Expression>); 7] = [
+            ("env=in", vec![Expression::Equal("env".into(), "in".into())]),
+            (
+                "in=notin",
+                vec![Expression::Equal("in".into(), "notin".into())],
+            ),
+            (
+                "a in (in,notin)",
+                vec![Expression::In("a".into(), set(&["in", "notin"]))],
+            ),
+            ("a in ()", vec![Expression::In("a".into(), set(&[""]))]),
+            (
+                "a notin (,b)",
+                vec![Expression::NotIn("a".into(), set(&["", "b"]))],
+            ),
+            (
+                "a in (b,)",
+                vec![Expression::In("a".into(), set(&["", "b"]))],
+            ),
+            (
+                "x in (foo,,baz),y,z notin ()",
+                vec![
+                    Expression::In("x".into(), set(&["", "baz", "foo"])),
+                    Expression::Exists("y".into()),
+                    Expression::NotIn("z".into(), set(&[""])),
+                ],
+            ),
+        ];
+        for (text, want) in cases {
+            let want: Selector = want.into_iter().collect();
+            assert_eq!(parse_label_selector(text), Ok(want), "{text:?}");
+        }
+        // What kube prints, this reads back.
+        let typed: Selector = Expression::Equal("env".into(), "in".into()).into();
+        assert_eq!(parse_label_selector(&typed.to_string()), Ok(typed));
+        assert!(parse_label_selector("example.com/k=v").is_ok());
     }
 }
