@@ -41,7 +41,7 @@ use futures::{FutureExt, StreamExt, future::BoxFuture};
 use k8s_openapi::{api::core::v1::ConfigMap, apimachinery::pkg::apis::meta::v1::ListMeta};
 use kube::{api::ObjectMeta, core::Status};
 use kube_informer::{
-    Cache, DeltaObject, FifoError, FifoMode, InOrderDelta, InOrderFifo, Indexer, InformerConfig,
+    BackoffConfig, Cache, DeltaObject, FifoError, FifoMode, InOrderDelta, InOrderFifo, Indexer, InformerConfig,
     KnownObjects, ListerWatcher, NAMESPACE_INDEX, ReflectorConfig, ResourceEventHandler,
     ResourceEventHandlerRegistration, SharedIndexInformer, StoreOp,
     fifo::{DEFAULT_BATCH_SIZE, ListItem},
@@ -1014,6 +1014,9 @@ impl ResourceEventHandler<ConfigMap> for Recorder {
     }
 }
 
+/// The reflector's backoff step, fixed: a relist after a 410 waits exactly this.
+const RELIST_BACKOFF: Duration = Duration::from_millis(1);
+
 /// Waits in real time (a blocking task holds the paused clock still) until `cond` holds.
 async fn wait_for(what: impl Fn() -> String, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -1085,7 +1088,17 @@ impl InformerHarness {
             InformerConfig::default()
                 .resync_period(Duration::from_secs(1))
                 .fifo_mode(FifoMode::InOrder)
-                .reflector(ReflectorConfig::default().idle_timeout(Duration::from_secs(86_400))),
+                .reflector(
+                    ReflectorConfig::default()
+                        .idle_timeout(Duration::from_secs(86_400))
+                        .backoff(BackoffConfig {
+                            initial: RELIST_BACKOFF,
+                            max: RELIST_BACKOFF,
+                            factor: 1.0,
+                            jitter: 0.0,
+                            ..BackoffConfig::default()
+                        }),
+                ),
         );
         let log = Arc::new(Mutex::new(Vec::new()));
         let registration = informer
@@ -1344,6 +1357,19 @@ impl InformerHarness {
             s.watch = None;
             s.watches
         };
+        // The re-watch is refused as expired. It followed a watch that ended, not a backoff
+        // step, so the relist waits one step first (as client-go's `BackoffUntil` does): once
+        // the reflector sleeps, the paused clock is moved past it.
+        let server = self.source.server.clone();
+        wait_for(
+            || "the expired re-watch".to_owned(),
+            || !server.lock().expire_next_watch,
+        )
+        .await;
+        tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(20)))
+            .await
+            .unwrap();
+        tokio::time::advance(RELIST_BACKOFF).await;
         self.wait_for_watch(watches + 1).await;
         let (order, list_rv) = {
             let s = self.server();
