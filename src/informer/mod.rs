@@ -572,12 +572,10 @@ where
     /// `ShutDownEventHandler`): a call in progress has returned, the handler has been dropped,
     /// and its thread (if it has one of its own) has ended. Idempotent.
     ///
-    /// Must not be awaited from the callbacks of a handler on its own thread for that handler
-    /// (it would wait for itself); those can use
-    /// [`remove_event_handler`](Self::remove_event_handler). On the informer's shared handler
-    /// thread, for a handler on that same thread (itself or another), it returns once the
-    /// handler is removed: none of them can be mid-call while the thread runs the caller, and
-    /// the handler is called no more; it is dropped when the thread next gets to it.
+    /// Called on the thread that calls the handler (from the handler itself, or from another
+    /// handler on the informer's shared handler thread), it returns once the handler is
+    /// removed, rather than wait for a call that thread cannot make while it runs the caller:
+    /// the handler is then called no more, and is dropped when that thread gets back to it.
     ///
     /// # Errors
     ///

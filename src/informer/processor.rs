@@ -188,6 +188,10 @@ pub(crate) struct ListenerQueue<K> {
     /// Whether a task or thread of ours consumes this queue (not so for a `subscribe` stream,
     /// whose queue is finished once closed).
     has_consumer: AtomicBool,
+    /// The thread that calls the handler: its own, or the informer's shared handler thread.
+    consumer_thread: std::sync::OnceLock<std::thread::ThreadId>,
+    /// Turns `true` at close (see [`Listener::wait_finished`]).
+    closed_signal: tokio::sync::watch::Sender<bool>,
 }
 
 /// Marks a listener's consumer finished when dropped: at the end of its loop, or when its task
@@ -224,6 +228,8 @@ impl<K> ListenerQueue<K> {
             closed: AtomicBool::new(false),
             finished: tokio::sync::watch::channel(false).0,
             has_consumer: AtomicBool::new(false),
+            consumer_thread: std::sync::OnceLock::new(),
+            closed_signal: tokio::sync::watch::channel(false).0,
         }
     }
 
@@ -354,6 +360,7 @@ impl<K> ListenerQueue<K> {
             st.buf.drain(..).collect()
         };
         self.finished_all(dropped);
+        self.closed_signal.send_replace(true);
         if !self.has_consumer.load(Ordering::Acquire) {
             self.consumer_finished();
         }
@@ -703,8 +710,6 @@ pub(crate) struct Listener<K> {
     resync: Mutex<ResyncState>,
     /// A dedicated thread, to join.
     thread: Mutex<Option<HandlerThread>>,
-    /// The informer's shared handler thread, when the handler runs as a task on it.
-    shared_thread: std::sync::OnceLock<std::thread::ThreadId>,
     /// Set when the listener is due for the resync the informer is running now.
     syncing: AtomicBool,
 }
@@ -717,13 +722,17 @@ struct ResyncState {
 
 impl<K> Listener<K> {
     /// Waits until the handler will be called no more (see
-    /// [`ListenerQueue::wait_finished`]). Once its queue is closed, a handler on the shared
-    /// handler thread cannot be mid-call when that very thread asks (another handler there is
-    /// running), and checks the queue before each call: waiting there would wait on the waiter
-    /// (a deadlock), so it returns at once; the handler is dropped when the thread next runs it.
+    /// [`ListenerQueue::wait_finished`]). Asked from the thread that calls the handler (the
+    /// handler itself on its own thread, or any handler on the shared handler thread), waiting
+    /// for its consumer to end would wait on the waiter (a deadlock): that thread is busy with
+    /// the caller, so the handler is not mid-call, and it checks the queue before each call;
+    /// so it waits only for the queue to close. The handler is dropped when the thread gets
+    /// back to it.
     pub(crate) async fn wait_finished(&self) {
-        if self.queue.is_closed() && self.shared_thread.get() == Some(&std::thread::current().id())
-        {
+        if self.queue.consumer_thread.get() == Some(&std::thread::current().id()) {
+            let mut closed = self.queue.closed_signal.subscribe();
+            // The sender lives in the queue, which `self` keeps alive.
+            let _ = closed.wait_for(|c| *c).await;
             return;
         }
         self.queue.wait_finished().await;
@@ -752,7 +761,6 @@ impl<K> Listener<K> {
                 next: None,
             }),
             thread: Mutex::new(None),
-            shared_thread: std::sync::OnceLock::new(),
             // client-go `sharedProcessor.addListener` registers every listener as syncing: until
             // the first resync check, it hears of same-version updates (a relist's unchanged
             // objects) too; an informer without resync never checks, so its listeners always do.
@@ -773,7 +781,8 @@ impl<K> Listener<K> {
         let queue = self.queue.clone();
         self.queue.has_consumer.store(true, Ordering::Release);
         let _ = self
-            .shared_thread
+            .queue
+            .consumer_thread
             .set(dispatcher.thread.handle.thread().id());
         let finished = FinishGuard(queue.clone());
         let task = async move {
@@ -842,6 +851,8 @@ impl<K> Listener<K> {
         self.queue.has_consumer.store(true, Ordering::Release);
         let finished = FinishGuard(queue.clone());
         let spawned = HandlerThread::spawn(name.clone(), move || {
+            // Before the first call, so that the handler may ask about itself from it.
+            let _ = queue.consumer_thread.set(std::thread::current().id());
             let _span = span.entered();
             let mut batch = VecDeque::with_capacity(INITIAL_BUFFER);
             while queue.take_blocking(&mut batch) {
@@ -983,14 +994,14 @@ impl<K> Processor<K> {
     /// and stops it, without waiting (removal may be called from inside a handler). A dedicated
     /// thread it had is kept for the informer's stop to wait for.
     pub(crate) fn remove(&self, listener: &Arc<Listener<K>>) {
-        let removed = {
-            let mut g = self.listeners.write();
-            let Some(pos) = g.iter().position(|l| Arc::ptr_eq(l, listener)) else {
-                return;
-            };
-            g.remove(pos)
+        let mut g = self.listeners.write();
+        let Some(pos) = g.iter().position(|l| Arc::ptr_eq(l, listener)) else {
+            return;
         };
-        if let Some(thread) = removed.stop() {
+        // Kept with the listeners' lock held, which `stop_all` takes before it takes these
+        // threads: a stop cannot come between, miss the thread, and return while it is in a
+        // call.
+        if let Some(thread) = g.remove(pos).stop() {
             let mut kept = self.removed.lock();
             kept.retain(|t| !t.handle.is_finished());
             kept.push(thread);

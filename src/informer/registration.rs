@@ -59,8 +59,8 @@ where
     }
 
     /// Waits until this handler will be called no more (after its removal, or once its informer
-    /// has stopped). On the informer's shared handler thread, for a removed handler on that
-    /// thread, it returns at once (see
+    /// has stopped). On the thread that calls the handler it waits only for the removal or
+    /// the stop (see
     /// [`shut_down_event_handler`](crate::SharedIndexInformer::shut_down_event_handler)).
     ///
     /// # Cancel safety

@@ -1653,15 +1653,34 @@ fn shutting_down_handler<F: Fn(&SharedIndexInformer<ConfigMap>) + Send + 'static
     (handler, returned)
 }
 
+/// Starts `inf`, waits until a handler says it has entered a call, then removes `reg`.
+async fn start_then_remove_once_entered(
+    inf: &SharedIndexInformer<ConfigMap>,
+    reg: &ResourceEventHandlerRegistration<ConfigMap>,
+    entered: std::sync::mpsc::Receiver<()>,
+) {
+    inf.start();
+    tokio::task::spawn_blocking(move || entered.recv().unwrap())
+        .await
+        .unwrap();
+    inf.remove_event_handler(reg).unwrap();
+}
+
+/// An informer (not started) whose list holds one object and whose watch then stays open.
+fn listing_one_then_watching() -> (MockLw, SharedIndexInformer<ConfigMap>) {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    lw.watch_channel();
+    let inf = informer(&lw);
+    (lw, inf)
+}
+
 /// A handler on the shared handler thread shuts another one there down, blocking on it: the
 /// other cannot be mid-call (the thread is busy with the first), so waiting for it would wait
 /// on the waiter. It returns, the other is called no more, and the informer's shutdown ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_thread_handler_may_shut_down_a_sibling() {
-    let lw = MockLw::new();
-    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
-    lw.watch_channel();
-    let inf = informer(&lw);
+    let (_lw, inf) = listing_one_then_watching();
     let (sibling, log) = recorder();
     let reg = inf.add_event_handler(sibling).unwrap();
     let (rt, inf2) = (tokio::runtime::Handle::current(), inf.clone());
@@ -1680,14 +1699,79 @@ async fn a_shared_thread_handler_may_shut_down_a_sibling() {
     assert!(log.lock().len() <= 1, "{:?}", log.lock());
 }
 
+/// A handler on the shared handler thread waits for another one there to finish before that
+/// one is removed: the wait ends at the removal (the other cannot be mid-call), not never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_thread_handler_may_wait_for_a_sibling_removed_later() {
+    let (_lw, inf) = listing_one_then_watching();
+    let reg = Arc::new(inf.add_event_handler(recorder().0).unwrap());
+    let (rt, waited_on) = (tokio::runtime::Handle::current(), reg.clone());
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    inf.add_event_handler(
+        ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+            entered_tx.send(()).unwrap();
+            rt.block_on(waited_on.wait_finished());
+            flag.store(true, Ordering::SeqCst);
+        }),
+    )
+    .unwrap();
+    start_then_remove_once_entered(&inf, &reg, entered_rx).await;
+    eventually("the wait ended", || done.load(Ordering::SeqCst)).await;
+    within("shutdown", inf.shutdown()).await;
+}
+
+/// A handler on its own thread shuts itself down and blocks on it: it returns, the handler is
+/// called no more, and the informer's shutdown (which waits for removed handlers' threads)
+/// ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_on_its_own_thread_may_shut_itself_down() {
+    let lw = MockLw::new();
+    lw.list(Ok(page(
+        "2",
+        None,
+        vec![cm("ns", "a", "1"), cm("ns", "b", "2")],
+    )));
+    lw.watch_channel();
+    let inf = informer(&lw);
+    let own = Arc::new(std::sync::OnceLock::<
+        ResourceEventHandlerRegistration<ConfigMap>,
+    >::new());
+    let (rt, inf2, mine) = (tokio::runtime::Handle::current(), inf.clone(), own.clone());
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let reg = inf
+        .add_event_handler_with_options(
+            ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let reg = loop {
+                    if let Some(r) = mine.get() {
+                        break r;
+                    }
+                    std::thread::yield_now();
+                };
+                rt.block_on(inf2.shut_down_event_handler(reg)).unwrap();
+            }),
+            HandlerOptions::default().dedicated_thread(),
+        )
+        .unwrap();
+    let _ = own.set(reg);
+    inf.start();
+    eventually("the first call", || calls.load(Ordering::SeqCst) >= 1).await;
+    within("shutdown", inf.shutdown()).await;
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "called after its own shutdown"
+    );
+}
+
 /// A handler on its own thread, removed while in a call: the informer's shutdown still waits
 /// for that thread, as it says it waits for every handler thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_the_thread_of_a_removed_handler() {
-    let lw = MockLw::new();
-    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
-    lw.watch_channel();
-    let inf = informer(&lw);
+    let (_lw, inf) = listing_one_then_watching();
     let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
     let done = Arc::new(AtomicBool::new(false));
     let flag = done.clone();
@@ -1701,11 +1785,7 @@ async fn shutdown_waits_for_the_thread_of_a_removed_handler() {
             HandlerOptions::default().dedicated_thread(),
         )
         .unwrap();
-    inf.start();
-    tokio::task::spawn_blocking(move || entered_rx.recv().unwrap())
-        .await
-        .unwrap();
-    inf.remove_event_handler(&reg).unwrap();
+    start_then_remove_once_entered(&inf, &reg, entered_rx).await;
     within("shutdown", inf.shutdown()).await;
     assert!(done.load(Ordering::SeqCst), "shutdown returned mid-call");
 }
