@@ -775,14 +775,14 @@ fn informer_name(k: &InformerKey) -> String {
 }
 
 /// `f` of each started informer, under its name in sync results: [`informer_name`], followed
-/// by the Rust type in brackets when more than one type of the same resource has an informer,
-/// so that neither result hides the other.
+/// by the Rust type in brackets when more than one started informer has that name (two types
+/// of one resource), so that neither result hides the other.
 fn sync_names<T>(
     informers: &BTreeMap<InformerKey, Entry>,
     f: impl Fn(&Entry) -> T,
 ) -> Vec<(String, T)> {
     let mut types = BTreeMap::<String, usize>::new();
-    for k in informers.keys() {
+    for (k, _) in informers.iter().filter(|(_, e)| e.started) {
         *types.entry(informer_name(k)).or_default() += 1;
     }
     informers

@@ -254,7 +254,8 @@ impl LeaderElectionConfig {
                 renew_deadline: self.renew_deadline,
             });
         }
-        let stop_by = self.renew_deadline + self.worker_stop_timeout;
+        // Saturating: `Duration::MAX` ("never abort the workers") is no margin, not a panic.
+        let stop_by = self.renew_deadline.saturating_add(self.worker_stop_timeout);
         if stop_by >= self.lease_duration {
             return Err(ConfigError::NoMargin(stop_by, self.lease_duration));
         }
@@ -802,6 +803,10 @@ mod tests {
             (
                 ok.clone().retry_period(Duration::ZERO),
                 ConfigError::RetryPeriod,
+            ),
+            (
+                ok.clone().worker_stop_timeout(Duration::MAX),
+                ConfigError::NoMargin(Duration::MAX, secs(15)),
             ),
         ];
         for (config, want) in cases {

@@ -84,7 +84,8 @@ where
     }
 }
 
-/// Reads of one namespace, served from the namespace index (never a scan of the whole cache).
+/// Reads of one namespace, served from the namespace index (never a scan of the whole cache);
+/// the namespace `""` reads every namespace, as [`Lister`] does.
 pub struct NamespaceLister<K> {
     indexer: Cache<K>,
     namespace: String,

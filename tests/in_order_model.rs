@@ -41,9 +41,9 @@ use futures::{FutureExt, StreamExt, future::BoxFuture};
 use k8s_openapi::{api::core::v1::ConfigMap, apimachinery::pkg::apis::meta::v1::ListMeta};
 use kube::{api::ObjectMeta, core::Status};
 use kube_informer::{
-    BackoffConfig, Cache, DeltaObject, FifoError, FifoMode, InOrderDelta, InOrderFifo, Indexer, InformerConfig,
-    KnownObjects, ListerWatcher, NAMESPACE_INDEX, ReflectorConfig, ResourceEventHandler,
-    ResourceEventHandlerRegistration, SharedIndexInformer, StoreOp,
+    BackoffConfig, Cache, DeltaObject, FifoError, FifoMode, InOrderDelta, InOrderFifo, Indexer,
+    InformerConfig, KnownObjects, ListerWatcher, NAMESPACE_INDEX, ReflectorConfig,
+    ResourceEventHandler, ResourceEventHandlerRegistration, SharedIndexInformer, StoreOp,
     fifo::{DEFAULT_BATCH_SIZE, ListItem},
     reflector::{ListOptions, ListPage, ListWatchError, WatchEvent, WatchOptions, WatchStream},
 };

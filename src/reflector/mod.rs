@@ -17,8 +17,9 @@
 //!   failures, dead (idle) connections and 429 back off and retry the watch. A watch that closes
 //!   in under a second with no events counts as a failure.
 //! - Between failures the reflector backs off exponentially ([`BackoffConfig`]), one step per
-//!   failure: a 410 on the first answer of a re-watch (the version was compacted while the
-//!   reflector was away) relists at once, so recovering from a cut takes one backoff step.
+//!   failure: a 410 on the first answer of a re-watch after a backoff step (the version was
+//!   compacted while the reflector waited) relists at once, so recovering from a cut takes one
+//!   backoff step; any other 410 waits a step before the relist, as in client-go.
 //! - The reflector is a state machine (`List`, `Watch`, `Watching`, `BackOff`) stepped one
 //!   transition at a time; what follows each failure is one pure function (`policy::after`),
 //!   whose table is its unit test.

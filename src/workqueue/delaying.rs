@@ -198,11 +198,14 @@ impl<T: QueueItem> DelayingQueue<T> {
         if self.shared.queue.is_shutting_down() {
             return Err(ShutDown(item));
         }
-        if let Some(retries) = &self.shared.retries {
-            retries.inc();
-        }
+        // Counted once accepted: a refused item is handed back uncounted.
+        let count = || {
+            if let Some(retries) = &self.shared.retries {
+                retries.inc();
+            }
+        };
         if delay.is_zero() {
-            return self.shared.queue.add(item);
+            return self.shared.queue.add(item).inspect(|()| count());
         }
         let at = Instant::now() + delay.min(crate::FAR_FUTURE);
         let mut waiting = self.shared.waiting.lock();
@@ -211,6 +214,7 @@ impl<T: QueueItem> DelayingQueue<T> {
         if self.shared.queue.is_shutting_down() {
             return Err(ShutDown(item));
         }
+        count();
         let head = waiting.heap.peek().map(|Reverse(t)| t.at);
         let Waiting {
             heap,
