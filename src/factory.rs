@@ -429,6 +429,8 @@ struct FactoryInner {
     client: Client,
     config: FactoryConfig,
     informers: Mutex<BTreeMap<InformerKey, Entry>>,
+    /// Metric identities given out (see `informer_config`).
+    metric_ids: Mutex<std::collections::HashSet<InformerId>>,
     /// Set by `shutdown` and read by `try_start` with `informers` locked (taken first).
     shut_down: Mutex<bool>,
 }
@@ -453,6 +455,7 @@ impl SharedInformerFactory {
                 client,
                 config,
                 informers: Mutex::new(BTreeMap::new()),
+                metric_ids: Mutex::new(std::collections::HashSet::new()),
                 shut_down: Mutex::new(false),
             }),
         }
@@ -484,7 +487,7 @@ impl SharedInformerFactory {
             .unwrap_or(&c.cache_storage)
             .clone();
         let mut config = InformerConfig::default()
-            .name(log_name)
+            .name(log_name.clone())
             .resync_period(resync)
             .reflector(c.reflector.clone())
             .fifo_mode(fifo_mode)
@@ -494,7 +497,19 @@ impl SharedInformerFactory {
         }
         if let Some(name) = &c.informer_name {
             let [group, version, resource] = gvr;
-            config = config.identity(InformerId::new(name.clone(), group, version, resource));
+            let id = InformerId::new(name.clone(), group, version, resource);
+            // client-go `InformerName.WithResource`: the first informer of a name and resource
+            // publishes metrics; a second one of the same (a metadata-only or dynamic informer
+            // beside a typed one, a second Rust type) would share and overwrite its gauges, so
+            // it publishes none.
+            if self.inner.metric_ids.lock().insert(id.clone()) {
+                config = config.identity(id);
+            } else {
+                tracing::error!(
+                    informer = %log_name,
+                    "duplicate informer registration for {id:?}: metrics will not be published"
+                );
+            }
         }
         if let Some(p) = &c.metrics_provider {
             config = config.metrics_provider(p.clone());

@@ -364,9 +364,9 @@ async fn wait_for_cache_sync_timeout_names_the_informers_that_did_not_sync() {
     factory.shutdown().await;
 }
 
-/// Records what an informer reports, by metric name and labels.
+/// Records what an informer reports, by metric name and labels; and each metric made.
 #[derive(Default)]
-struct Recorded(Mutex<BTreeMap<String, Vec<f64>>>);
+struct Recorded(Mutex<BTreeMap<String, Vec<f64>>>, Mutex<Vec<String>>);
 
 struct Handle(Arc<Recorded>, String);
 
@@ -396,13 +396,12 @@ struct Provider(Arc<Recorded>);
 
 impl Provider {
     fn handle(&self, metric: &str, id: &kube_informer::InformerId) -> Box<Handle> {
-        Box::new(Handle(
-            self.0.clone(),
-            format!(
-                "{metric}{{name={},group={},version={},resource={}}}",
-                id.name, id.group, id.version, id.resource
-            ),
-        ))
+        let key = format!(
+            "{metric}{{name={},group={},version={},resource={}}}",
+            id.name, id.group, id.version, id.resource
+        );
+        self.0.1.lock().push(key.clone());
+        Box::new(Handle(self.0.clone(), key))
     }
 }
 
@@ -451,6 +450,9 @@ async fn named_informers_report_client_go_metrics_with_their_labels() {
     );
     let _cms = factory.informer::<ConfigMap>();
     let _secrets = factory.informer::<Secret>();
+    // Same name and resource as the ConfigMap informer: as in client-go (`WithResource`), it
+    // publishes nothing, rather than share and overwrite the first one's gauges.
+    let _metadata = factory.metadata_informer::<ConfigMap>();
     factory.start();
     within("sync", factory.wait_for_cache_sync()).await;
     server.create(&cm("a", "three", &[])).unwrap();
@@ -479,6 +481,11 @@ async fn named_informers_report_client_go_metrics_with_their_labels() {
             "{:?}",
             got.keys()
         );
+        let mut made = recorded.1.lock().clone();
+        let all = made.len();
+        made.sort();
+        made.dedup();
+        assert_eq!(made.len(), all, "a metric made twice: {made:?}");
     }
     factory.shutdown().await;
 }

@@ -38,8 +38,9 @@ use serde::{
 /// `a.b` and `a["b"]` are the same path: JSON does not tell struct fields from map keys. A path
 /// must end in a field or key (dropping every element of an array would be `a` itself). A
 /// path that meets something else than it expects (an array where it names a field, a missing
-/// field, `null`) drops nothing there. `metadata`, `metadata.name`, `metadata.namespace` and
-/// `metadata.resourceVersion` cannot be dropped: the informer keys and versions objects by them.
+/// field, `null`) drops nothing there. `metadata`, `metadata.name`, `metadata.namespace`,
+/// `metadata.resourceVersion` and `metadata.uid` cannot be dropped: the informer keys and
+/// versions objects by the first four, and a sharded informer places them by their uid.
 /// Watch bookmarks and `ERROR` statuses are never projected.
 ///
 /// # Projection or transform
@@ -122,7 +123,8 @@ pub enum ProjectionError {
         /// What was expected there.
         reason: &'static str,
     },
-    /// The path would drop a field the informer needs.
+    /// The path would drop a field the informer needs: `metadata` itself, its `name`,
+    /// `namespace`, `resourceVersion` or `uid`.
     #[error("projection path {path:?} would drop `{field}`, which the informer needs")]
     Protected {
         /// The path.
@@ -132,12 +134,15 @@ pub enum ProjectionError {
     },
 }
 
-/// Fields that must survive: keys and resourceVersions come from them.
+/// Fields that must survive: keys and resourceVersions come from them, and a sharded
+/// informer checks each object's shard by its uid (or namespace) on the client too: with the
+/// uid dropped every object would hash alike and land outside all shards but one.
 const PROTECTED: &[(&[&str], &str)] = &[
     (&["metadata"], "metadata"),
     (&["metadata", "name"], "metadata.name"),
     (&["metadata", "namespace"], "metadata.namespace"),
     (&["metadata", "resourceVersion"], "metadata.resourceVersion"),
+    (&["metadata", "uid"], "metadata.uid"),
 ];
 
 impl Projection {

@@ -145,6 +145,8 @@ fn the_fields_the_informer_keys_objects_by_cannot_be_dropped() {
         ("metadata.name", "metadata.name"),
         (r#"metadata["namespace"]"#, "metadata.namespace"),
         ("metadata.resourceVersion", "metadata.resourceVersion"),
+        // A sharded informer checks each object's shard by its uid.
+        ("metadata.uid", "metadata.uid"),
     ] {
         let err = Projection::strip_managed_fields()
             .drop_path(path)
