@@ -290,6 +290,53 @@ async fn send_initial_events_ends_with_annotated_bookmark() {
     assert_eq!(e.code, 422);
 }
 
+/// `timeoutSeconds=0` is unset, as kube-apiserver reads it, not "end at once".
+#[tokio::test]
+async fn timeout_seconds_zero_is_no_timeout() {
+    let (s, api) = server().await;
+    let stream = api
+        .watch(&WatchParams::default().timeout(0), "0")
+        .await
+        .unwrap();
+    wait_for_watchers(&s, 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.create(&cm("a", &[])).unwrap();
+    let evs: Vec<_> = take_events(stream, 1).await.iter().map(describe).collect();
+    assert_eq!(evs, ["ADDED a"]);
+}
+
+/// A bookmark to a watcher whose queue is full is dropped, not a reason to cut it off.
+#[tokio::test]
+async fn a_bookmark_never_cuts_off_a_full_watcher() {
+    let (s, api) = server().await;
+    s.set_watcher_capacity(2);
+    let mut stream = api
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    wait_for_watchers(&s, 1).await;
+    s.faults().stall_watches();
+    s.create(&cm("a", &[])).unwrap();
+    s.create(&cm("b", &[])).unwrap();
+    s.bookmark();
+    s.faults().unstall_watches();
+    let evs: Vec<_> = take_events(&mut stream, 2)
+        .await
+        .iter()
+        .map(describe)
+        .collect();
+    assert_eq!(evs, ["ADDED a", "ADDED b"]);
+    // Still watched: a cut-off watcher would get nothing more.
+    s.create(&cm("c", &[])).unwrap();
+    let evs: Vec<_> = take_events(&mut stream, 1)
+        .await
+        .iter()
+        .map(describe)
+        .collect();
+    assert_eq!(evs, ["ADDED c"]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn timeout_seconds_ends_the_stream_on_tokio_time() {
     let (_s, api) = server().await;

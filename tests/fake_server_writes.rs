@@ -885,3 +885,64 @@ async fn injected_faults_hit_patches_by_verb() {
         .collect();
     assert_eq!(statuses, [500, 200]);
 }
+
+/// A Namespace's own `/status` is its subresource, not a resource `status` in that namespace.
+#[tokio::test]
+async fn a_namespace_status_is_reachable() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let (s, _) = server().await;
+    let namespaces: Api<Namespace> = Api::all(s.client());
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("n".into());
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let out = namespaces
+        .patch_status(
+            "n",
+            &PatchParams::default(),
+            &merge(json!({"status": {"phase": "Terminating"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status.unwrap().phase.as_deref(), Some("Terminating"));
+    assert!(namespaces.get_status("n").await.is_ok());
+}
+
+/// Odd writes to an object with managed fields are refused, never a panic (which would drop
+/// the connection): a merge patch that makes `metadata` a string, a body that is not an
+/// object.
+#[tokio::test]
+async fn odd_writes_to_an_applied_object_are_answered() {
+    let (s, api) = server().await;
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "1"}});
+    api.patch("a", &PatchParams::apply("one"), &Patch::Apply(applied))
+        .await
+        .unwrap();
+    let e = api_err(
+        api.patch(
+            "a",
+            &PatchParams::default(),
+            &merge(json!({"metadata": "x"})),
+        )
+        .await,
+    );
+    assert!((400..500).contains(&e.code), "{e:?}");
+    let dynamic: Api<DynamicObject> = Api::namespaced_with(
+        s.client(),
+        "default",
+        &kube::core::ApiResource::erase::<ConfigMap>(&()),
+    );
+    let e = api_err(
+        dynamic
+            .patch(
+                "a",
+                &PatchParams::default(),
+                &json_patch(json!([{"op": "replace", "path": "", "value": []}])),
+            )
+            .await,
+    );
+    assert!((400..500).contains(&e.code), "{e:?}");
+    assert!(api.get("a").await.is_ok());
+}

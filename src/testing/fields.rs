@@ -417,7 +417,8 @@ pub(crate) fn record_update(
     ignore_status: bool,
 ) -> Value {
     let mut managers = entries(old);
-    if managers.is_empty() {
+    // Not an object: the write is refused later; nothing here may index into it.
+    if managers.is_empty() || !new.is_object() {
         return new;
     }
     let before = leaves(old, ignore_status);
@@ -431,7 +432,8 @@ pub(crate) fn record_update(
         .collect();
     let removed: Vec<&Path> = before.difference(&after).collect();
     if changed.is_empty() && removed.is_empty() {
-        new["metadata"]["managedFields"] = old["metadata"]["managedFields"].clone();
+        // `metadata` may be anything a merge patch made it (`{"metadata":"x"}`).
+        store_entries(&mut new, managers);
         return new;
     }
     for e in &mut managers {

@@ -350,6 +350,11 @@ fn resolve(shared: &Shared, path: &str) -> Result<Option<Route>, ApiError> {
         _ => return Err(not_found()),
     };
     let (namespace, plural, name, sub) = match rest {
+        // A Namespace's own subresources, before the namespaced reading would take
+        // `/namespaces/{name}/status` for a resource `status` in that namespace.
+        ["namespaces", name, sub @ ("status" | "finalize")] => {
+            (None, "namespaces", Some(*name), Some(*sub))
+        }
         ["namespaces", ns, plural] => (Some(*ns), *plural, None, None),
         ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), None),
         ["namespaces", ns, plural, name, sub] => (Some(*ns), *plural, Some(*name), Some(*sub)),
@@ -833,10 +838,15 @@ fn watch(
     let settings = *shared.settings.lock();
     validate_watch(q, settings.watch_list)?;
     let filter = Filter::from_query(q, namespace, settings.sharding)?;
+    // 0 is unset, as kube-apiserver's `GetTimeoutForWatch` reads it (its default then applies;
+    // here, no timeout). Capped, so that the deadline cannot overflow an `Instant`.
     let timeout = match q.timeout_seconds.as_deref().filter(|t| !t.is_empty()) {
-        Some(t) => Some(Duration::from_secs(t.parse::<u64>().map_err(|_| {
-            ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}"))
-        })?)),
+        Some(t) => Some(
+            t.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}")))?,
+        )
+        .filter(|&s| s > 0)
+        .map(|s| Duration::from_secs(s).min(crate::FAR_FUTURE)),
         None => None,
     };
     let rv = q.resource_version.as_deref().unwrap_or("");

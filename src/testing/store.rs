@@ -639,12 +639,16 @@ impl Store {
     }
 
     fn send_to_watchers(&mut self, res: usize, msg: WatchMsg) {
+        let bookmark = matches!(msg, WatchMsg::Bookmark(_));
         self.watchers.retain(|w| {
             if w.resource != res {
                 return true;
             }
             match w.tx.try_send(msg.clone()) {
                 Ok(()) => true,
+                // A bookmark is only a hint: the watch cache adds it without blocking and
+                // drops it when the watcher's buffer is full, never cutting the watcher off.
+                Err(mpsc::error::TrySendError::Full(_)) if bookmark => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     // A watcher this far behind is cut off, as the watch cache does with
                     // `cacheWatcher`s whose buffer stays full; the client must re-watch.
