@@ -62,7 +62,11 @@ pub struct FactoryConfig {
     /// Per-type cache storage, overriding [`Self::cache_storage`].
     pub custom_cache_storage: HashMap<TypeId, CacheStorage>,
     /// The name every informer of this factory reports metrics under, with its group, version
-    /// and resource (client-go `WithInformerName`); none by default, and then no metrics.
+    /// and resource (client-go `WithInformerName`); none by default, and then no metrics. As
+    /// in client-go, the first informer of a name and resource publishes: a second one of this
+    /// factory (a metadata-only or dynamic informer beside a typed one) publishes nothing and
+    /// logs an error. The check is per factory: two factories given one name and watching one
+    /// resource share, and overwrite, that resource's series; give them different names.
     pub informer_name: Option<String>,
     /// Where informer metrics go (see [`InformerMetricsProvider`]).
     pub metrics_provider: Option<Arc<dyn InformerMetricsProvider>>,

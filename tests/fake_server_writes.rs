@@ -946,3 +946,36 @@ async fn odd_writes_to_an_applied_object_are_answered() {
     assert!((400..500).contains(&e.code), "{e:?}");
     assert!(api.get("a").await.is_ok());
 }
+
+/// A write that changes nothing is not written, even when the object holds managed fields
+/// the server did not write itself (copied from a real cluster): they are kept verbatim, not
+/// rebuilt into something that differs.
+#[tokio::test]
+async fn a_no_op_update_of_foreign_managed_fields_is_not_written() {
+    let (s, api) = server().await;
+    let c: ConfigMap = serde_json::from_value(json!({
+        "metadata": {
+            "name": "a",
+            "namespace": "default",
+            "managedFields": [{
+                "manager": "kubectl",
+                "operation": "Apply",
+                "apiVersion": "v1",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:data": {".": {}, "f:k": {}}}
+            }]
+        },
+        "data": {"k": "v"}
+    }))
+    .unwrap();
+    let created = s.create(&c).unwrap();
+    let replaced = api
+        .replace("a", &PostParams::default(), &created)
+        .await
+        .unwrap();
+    assert_eq!(rv(&replaced), rv(&created), "a no-op write was written");
+    assert_eq!(
+        replaced.metadata.managed_fields,
+        created.metadata.managed_fields
+    );
+}

@@ -417,8 +417,9 @@ pub(crate) fn record_update(
     ignore_status: bool,
 ) -> Value {
     let mut managers = entries(old);
-    // Not an object: the write is refused later; nothing here may index into it.
-    if managers.is_empty() || !new.is_object() {
+    // Not an object, or a `metadata` that is not one (`{"metadata":"x"}` merged in): the
+    // write is refused or its metadata replaced later; nothing here may index into it.
+    if managers.is_empty() || !new.is_object() || !new["metadata"].is_object() {
         return new;
     }
     let before = leaves(old, ignore_status);
@@ -432,8 +433,9 @@ pub(crate) fn record_update(
         .collect();
     let removed: Vec<&Path> = before.difference(&after).collect();
     if changed.is_empty() && removed.is_empty() {
-        // `metadata` may be anything a merge patch made it (`{"metadata":"x"}`).
-        store_entries(&mut new, managers);
+        // Verbatim, so that a write that changes nothing stays equal to the stored object and
+        // is not written (a rebuild would normalise entries the server did not write).
+        new["metadata"]["managedFields"] = old["metadata"]["managedFields"].clone();
         return new;
     }
     for e in &mut managers {
