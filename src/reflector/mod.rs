@@ -287,8 +287,9 @@ enum State<K> {
     /// List (or stream the initial list, when enabled and supported), replace the store, then
     /// watch.
     List,
-    /// Start a watch from the last resourceVersion.
-    Watch,
+    /// Start a watch from the last resourceVersion; `after_backoff`: right after a backoff
+    /// step (see [`policy::after`]).
+    Watch { after_backoff: bool },
     /// Read events from a running watch.
     Watching(Watching<K>),
     /// Wait out one backoff step, then go on.
@@ -301,6 +302,8 @@ struct Watching<K> {
     idle: Duration,
     started: Instant,
     events: usize,
+    /// Started right after a backoff step (see [`policy::after`]).
+    after_backoff: bool,
 }
 
 /// A running watch's events: decoded, or with added and changed objects undecoded, for a store
@@ -340,11 +343,6 @@ pub struct Reflector<K, S = DeltaFifo<K>> {
     rv_unavailable: bool,
     paginated_result: bool,
     watch_list_unsupported: bool,
-    /// The last step was a backoff before a watch: the next watch is a re-watch after one.
-    backed_off_to_watch: bool,
-    /// The running watch (or the one being started) followed a backoff step; see
-    /// [`policy::after`].
-    watch_after_backoff: bool,
     backoff: Backoff,
     rng: fastrand::Rng,
 }
@@ -438,8 +436,6 @@ where
             rv_unavailable: false,
             paginated_result: false,
             watch_list_unsupported: false,
-            backed_off_to_watch: false,
-            watch_after_backoff: false,
             rng: fastrand::Rng::new(),
         }
     }
@@ -512,39 +508,40 @@ where
     /// Performs one state and returns the next.
     async fn step(&mut self, state: State<K>) -> State<K> {
         match state {
-            State::List => {
-                // A streaming list's watch goes on from it: no backoff before it.
-                self.watch_after_backoff = false;
-                match self.list_or_stream().await {
-                    Ok(Some(watching)) => State::Watching(watching),
-                    Ok(None) => State::Watch,
-                    Err(e) => self.recover(Step::List, &e),
-                }
-            }
-            State::Watch => {
-                let after_backoff = std::mem::take(&mut self.backed_off_to_watch);
-                self.watch_after_backoff = after_backoff;
-                match self.start_watch().await {
-                    Ok(watching) => State::Watching(watching),
-                    Err(e) => self.recover(Step::WatchStart { after_backoff }, &e),
-                }
-            }
+            // A streaming list's watch goes on from it: no backoff before it.
+            State::List => match self.list_or_stream().await {
+                Ok(Some(watching)) => State::Watching(watching),
+                Ok(None) => State::Watch {
+                    after_backoff: false,
+                },
+                Err(e) => self.recover(Step::List, &e),
+            },
+            State::Watch { after_backoff } => match self.start_watch(after_backoff).await {
+                Ok(watching) => State::Watching(watching),
+                Err(e) => self.recover(Step::WatchStart { after_backoff }, &e),
+            },
             State::Watching(mut w) => match self.next_event(&mut w).await {
                 Ok(true) => State::Watching(w),
                 // Ended as the server promised (timeoutSeconds): go on from the last version.
-                Ok(false) => State::Watch,
+                Ok(false) => State::Watch {
+                    after_backoff: false,
+                },
                 Err(e) => self.recover(
                     Step::Watch {
                         delivered: w.events > 0,
-                        after_backoff: self.watch_after_backoff,
+                        after_backoff: w.after_backoff,
                     },
                     &e,
                 ),
             },
             State::BackOff(then) => {
                 self.back_off().await;
-                self.backed_off_to_watch = then == Then::Watch;
-                Next::Now(then).into()
+                match then {
+                    Then::List => State::List,
+                    Then::Watch => State::Watch {
+                        after_backoff: true,
+                    },
+                }
             }
         }
     }
@@ -663,7 +660,7 @@ where
     }
 
     /// The `Watch` state: starts a watch from the last resourceVersion.
-    async fn start_watch(&mut self) -> Result<Watching<K>, Error> {
+    async fn start_watch(&mut self, after_backoff: bool) -> Result<Watching<K>, Error> {
         let timeout_seconds = self.watch_timeout_seconds();
         let options = WatchOptions {
             resource_version: self.last_rv.clone(),
@@ -687,6 +684,7 @@ where
             idle,
             started: Instant::now(),
             events: 0,
+            after_backoff,
         })
     }
 
@@ -932,6 +930,7 @@ where
                             idle,
                             started,
                             events: n + 1,
+                            after_backoff: false,
                         });
                     }
                 }
@@ -1102,7 +1101,9 @@ impl<K> From<Next> for State<K> {
     fn from(next: Next) -> Self {
         let then = |t| match t {
             Then::List => State::List,
-            Then::Watch => State::Watch,
+            Then::Watch => State::Watch {
+                after_backoff: false,
+            },
         };
         match next {
             Next::Now(t) => then(t),
