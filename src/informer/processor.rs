@@ -238,8 +238,20 @@ impl<K> ListenerQueue<K> {
         self.finished.send_replace(true);
     }
 
-    /// Waits until the consumer has ended (see [`consumer_finished`](Self::consumer_finished)).
+    /// Waits until the handler will be called no more: the consumer has ended (see
+    /// [`consumer_finished`](Self::consumer_finished)). Asked from the thread that calls the
+    /// handler (the handler itself on its own thread, or any handler on the shared handler
+    /// thread), waiting for its consumer to end would wait on the waiter (a deadlock): that
+    /// thread is busy with the caller, so the handler is not mid-call, and it checks the queue
+    /// before each call; so it waits only for the queue to close. The handler is dropped when
+    /// the thread gets back to it.
     pub(crate) async fn wait_finished(&self) {
+        if self.consumer_thread.get() == Some(&std::thread::current().id()) {
+            let mut closed = self.closed_signal.subscribe();
+            // The sender lives in `self`.
+            let _ = closed.wait_for(|c| *c).await;
+            return;
+        }
         let mut rx = self.finished.subscribe();
         let _ = rx.wait_for(|f| *f).await;
     }
@@ -721,23 +733,6 @@ struct ResyncState {
 }
 
 impl<K> Listener<K> {
-    /// Waits until the handler will be called no more (see
-    /// [`ListenerQueue::wait_finished`]). Asked from the thread that calls the handler (the
-    /// handler itself on its own thread, or any handler on the shared handler thread), waiting
-    /// for its consumer to end would wait on the waiter (a deadlock): that thread is busy with
-    /// the caller, so the handler is not mid-call, and it checks the queue before each call;
-    /// so it waits only for the queue to close. The handler is dropped when the thread gets
-    /// back to it.
-    pub(crate) async fn wait_finished(&self) {
-        if self.queue.consumer_thread.get() == Some(&std::thread::current().id()) {
-            let mut closed = self.queue.closed_signal.subscribe();
-            // The sender lives in the queue, which `self` keeps alive.
-            let _ = closed.wait_for(|c| *c).await;
-            return;
-        }
-        self.queue.wait_finished().await;
-    }
-
     /// Closes the queue; hands back a dedicated handler thread to join.
     pub(crate) fn stop(&self) -> Option<HandlerThread> {
         self.queue.close();

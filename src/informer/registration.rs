@@ -67,7 +67,7 @@ where
     ///
     /// Cancel safe.
     pub async fn wait_finished(&self) {
-        self.listener.wait_finished().await;
+        self.listener.queue.wait_finished().await;
     }
 
     /// Notifications buffered for this handler and not yet handled.
