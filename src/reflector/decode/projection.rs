@@ -43,6 +43,32 @@ use serde::{
 /// versions objects by the first four, and a sharded informer places them by their uid.
 /// Watch bookmarks and `ERROR` statuses are never projected.
 ///
+/// # Fields the type requires
+///
+/// Drop only fields your code does not read. A dropped field decodes as if the server had not
+/// sent it, and for k8s-openapi's types that means its default when the field is required:
+/// dropping `spec.containers[*].name` gives every container the name `""`, and dropping
+/// `spec.containers` gives an empty `Vec`. Two required fields have no default
+/// (`Condition.lastTransitionTime`, `EventSeries.lastObservedTime`): an object whose
+/// projection drops one of them fails to decode, and is reported and left out like any object
+/// that does not decode. A `#[derive(CustomResource)]` type's required fields fail the same
+/// way unless they have `#[serde(default)]`.
+///
+/// ```
+/// use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Condition};
+/// use kube_informer::reflector::decode::Projection;
+///
+/// let p = Projection::from_paths(["spec.containers[*].name"])?;
+/// let pod: Pod = p.from_slice(br#"{"metadata":{"name":"a"},"spec":{"containers":[{"name":"c"}]}}"#)?;
+/// assert_eq!(pod.spec.unwrap().containers[0].name, "");
+///
+/// let p = Projection::from_paths(["lastTransitionTime"])?;
+/// let condition = br#"{"type":"Ready","status":"True","reason":"R","message":"",
+///   "lastTransitionTime":"2026-12-04T00:00:00Z"}"#;
+/// assert!(p.from_slice::<Condition>(condition).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Projection or transform
 ///
 /// The projection is the cheaper way to drop fields: what it drops is skipped by the parser,
