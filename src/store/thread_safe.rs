@@ -226,6 +226,8 @@ trait Backend<K>: Send + Sync {
     fn bookmark(&self, resource_version: &str);
     fn set_resource_version_metric(&self, metric: Arc<dyn crate::workqueue::SettableGaugeMetric>);
     fn stats(&self) -> CacheStats;
+    #[cfg(test)]
+    fn sweep_len(&self) -> usize;
     fn report_unreadable(&self, sink: UnreadableSink);
     fn packs(&self) -> bool;
     fn pack(&self, key: &ObjectKey, obj: &K) -> Option<Packed>;
@@ -376,9 +378,11 @@ fn index_values<K>(name: &str, func: &IndexFn<K>, key: &ObjectKey, obj: &K) -> V
     })
 }
 
-/// Logs a stored object that did not decode: it is never silently lost.
+/// Notes a stored object that did not decode. The storage has logged it already, at error
+/// level the first time for that version and at debug level after (see [`StorageError`]), so
+/// a controller that reads it at every sync does not flood its log.
 fn report(e: &StorageError) {
-    tracing::error!(error = %e, "cached object unreadable; left out of this read");
+    tracing::debug!(error = %e, "cached object unreadable; left out of this read");
 }
 
 /// How [`Core::put_from`] makes an object's slot.
@@ -804,6 +808,11 @@ where
         self.storage.stats()
     }
 
+    #[cfg(test)]
+    fn sweep_len(&self) -> usize {
+        self.storage.sweep_len()
+    }
+
     fn report_unreadable(&self, sink: UnreadableSink) {
         self.storage.report_unreadable(sink);
     }
@@ -1099,6 +1108,10 @@ impl<K, S: Storage<K>> Core<K, S> {
                 values.push(v);
             }
             item.values = values.into_boxed_slice();
+            // As for a listed object: the decode left a `Weak` in a compact slot, which would
+            // pin the object's allocation, now dropped, until swept.
+            drop(obj);
+            self.storage.settle(key, &item.slot);
         }
         inner.indices.extend(built);
     }
@@ -1255,6 +1268,12 @@ impl<K: Resource + Send + Sync + 'static> Indexer<K> {
     /// The storage's counters: decodes, objects shared without decoding, bytes held.
     pub fn stats(&self) -> CacheStats {
         self.core.stats()
+    }
+
+    /// Keys a compact store has queued to check for a dropped decoded object.
+    #[cfg(test)]
+    pub(crate) fn sweep_len(&self) -> usize {
+        self.core.sweep_len()
     }
 
     /// Where to report an object of this store's snapshots that does not decode when read for

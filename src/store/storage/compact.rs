@@ -52,7 +52,7 @@
 //!   holder frees it. Until freed, a set-aside object is still shared through its slot's `Weak`.
 
 use std::{
-    collections::VecDeque,
+    collections::{HashSet, VecDeque},
     sync::{
         Arc, Weak,
         atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering::Relaxed},
@@ -439,13 +439,45 @@ struct Trainer {
     plain_keys: Vec<ObjectKey>,
 }
 
+/// The keys to sweep, in order, each at most once: a key rewritten while its object lives (a
+/// new slot, not yet marked queued) is not queued again, so the queue holds at most one key
+/// per slot with a `Weak`. A key settled meanwhile is forgotten at once and its place in the
+/// order skipped when reached.
+#[derive(Default)]
+struct Sweep {
+    order: VecDeque<ObjectKey>,
+    queued: HashSet<ObjectKey>,
+}
+
+impl Sweep {
+    fn push(&mut self, key: &ObjectKey) {
+        if self.queued.insert(key.clone()) {
+            self.order.push_back(key.clone());
+        }
+    }
+
+    fn forget(&mut self, key: &ObjectKey) {
+        self.queued.remove(key);
+    }
+
+    /// The next queued key; forgotten ones are dropped on the way.
+    fn pop(&mut self) -> Option<ObjectKey> {
+        loop {
+            let key = self.order.pop_front()?;
+            if self.queued.remove(&key) {
+                return Some(key);
+            }
+        }
+    }
+}
+
 /// Compressed objects with shared decoded ones.
 pub(crate) struct Compact<K> {
     config: CompactConfig,
     trainer: Mutex<Trainer>,
     ring: Option<Mutex<Ring<K>>>,
     /// Keys whose slot holds a `Weak`; swept a few at a time.
-    sweep: Mutex<VecDeque<ObjectKey>>,
+    sweep: Mutex<Sweep>,
     /// Blobs of objects the FIFO has just decoded from what [`Storage::pack`] made, by key, until
     /// the store takes them (the `Weak` tells that it is storing that very object, and keeps
     /// its address from being reused meanwhile). Several per key when one pop hands out
@@ -543,8 +575,8 @@ fn train_codec(
     Some((codec, raw as f64 / compressed.max(1) as f64))
 }
 
-/// Slots checked per sweep: more than one slot gets a `Weak` per write, so the queue cannot grow
-/// beyond the slots whose object is alive.
+/// Slots checked per sweep: more than one key gets a `Weak` per write, and a key is queued once
+/// (see [`Sweep`]), so the queue cannot grow beyond the keys whose object is alive.
 const SWEEP_PER_CALL: usize = 8;
 
 impl<K> Compact<K> {
@@ -576,7 +608,7 @@ impl<K> Compact<K> {
             }),
             config,
             ring,
-            sweep: Mutex::new(VecDeque::new()),
+            sweep: Mutex::new(Sweep::default()),
             handoff: Mutex::new(std::collections::HashMap::new()),
             generated: Mutex::new(Vec::new()),
             checks_json: std::sync::OnceLock::new(),
@@ -615,7 +647,7 @@ impl<K> Compact<K> {
         }
         if !shared.queued {
             shared.queued = true;
-            self.sweep.lock().push_back(key.clone());
+            self.sweep.lock().push(key);
         }
     }
 
@@ -1208,12 +1240,14 @@ where
         if shared.weak.strong_count() == 0 {
             // Frees the allocation the dead `Weak` pinned.
             shared.weak = Weak::new();
-            shared.queued = false;
+            if std::mem::take(&mut shared.queued) {
+                self.sweep.lock().forget(key);
+            }
         } else {
             // Queued again even if it says it is: its key may have been taken by a sweep of
-            // another store (a key queued twice is swept twice, harmlessly).
+            // another store (a key already queued stays queued once).
             shared.queued = true;
-            self.sweep.lock().push_back(key.clone());
+            self.sweep.lock().push(key);
         }
     }
 
@@ -1469,7 +1503,7 @@ where
     fn tidy(&self, slots: &dyn SlotMap<CompactSlot<K>>) {
         let mut checked = 0;
         while checked < SWEEP_PER_CALL {
-            let Some(key) = self.sweep.lock().pop_front() else {
+            let Some(key) = self.sweep.lock().pop() else {
                 return;
             };
             checked += 1;
@@ -1483,7 +1517,7 @@ where
                 shared.queued = false;
             } else {
                 drop(shared);
-                self.sweep.lock().push_back(key);
+                self.sweep.lock().push(&key);
             }
         }
     }
@@ -1507,6 +1541,11 @@ where
 
     fn name(&self) -> &'static str {
         "Compact"
+    }
+
+    #[cfg(test)]
+    fn sweep_len(&self) -> usize {
+        self.sweep.lock().queued.len()
     }
 }
 

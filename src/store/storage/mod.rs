@@ -482,6 +482,12 @@ pub(crate) trait Storage<K>: Send + Sync + 'static {
         CacheStats::default()
     }
 
+    /// Keys queued to check for a dropped decoded object.
+    #[cfg(test)]
+    fn sweep_len(&self) -> usize {
+        0
+    }
+
     /// The mode's name, for `Debug`.
     fn name(&self) -> &'static str;
 }

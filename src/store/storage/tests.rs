@@ -435,6 +435,57 @@ fn a_replaced_list_does_not_push_hot_objects_out() {
     assert_eq!(store.stats().decodes, 1);
 }
 
+/// A key rewritten while its decoded object lives (here, in the hot ring) is checked by the
+/// sweep once, not once per write: the queue stays bounded by the keys with a live object.
+#[test]
+fn a_key_rewritten_while_its_object_lives_is_queued_once() {
+    let store = compact(CompactConfig::default());
+    for i in 0..2_000 {
+        let data = [("n", i.to_string())];
+        store.add(cm("ns", "lease", i, &[], &data)).unwrap();
+    }
+    assert_eq!(
+        store
+            .get_by_key("ns/lease")
+            .unwrap()
+            .metadata
+            .resource_version
+            .as_deref(),
+        Some("1999")
+    );
+    assert!(
+        store.sweep_len() <= 1,
+        "{} keys queued for one",
+        store.sweep_len()
+    );
+}
+
+/// Indexing a populated compact store decodes each object once, and leaves no `Weak` behind
+/// that would pin the dropped object's allocation until swept.
+#[test]
+fn adding_an_index_to_a_cold_compact_store_pins_no_decoded_object() {
+    let store = compact(CompactConfig::default().hot_objects(0));
+    let list: Vec<_> = (0..1_000)
+        .map(|i| {
+            cm(
+                "ns",
+                &format!("c{i}"),
+                i,
+                &[],
+                &[("k", format!("v{}", i % 10))],
+            )
+        })
+        .collect();
+    store.replace(list).unwrap();
+    assert_eq!(store.sweep_len(), 0);
+    store
+        .add_indexers(Indexers::from([("data".to_owned(), data_key_index())]))
+        .unwrap();
+    assert_eq!(store.stats().decodes, 1_000);
+    assert_eq!(store.sweep_len(), 0, "decoded objects left pinned");
+    assert_eq!(store.by_index("data", "k").unwrap().len(), 1_000);
+}
+
 /// A ConfigMap whose data follows one of two shapes, so a dictionary trained on one compresses
 /// the other badly.
 fn shaped(shape: u8, i: usize) -> Arc<ConfigMap> {
@@ -634,6 +685,46 @@ mod unreadable {
         assert_eq!(store.list_keys().len(), 1);
         assert_eq!(store.index_keys(NAMESPACE_INDEX, "ns").unwrap().len(), 1);
         assert_eq!(store.stats().decode_errors, 3);
+    }
+
+    /// As [`StorageError`] promises: at error level the first time for a stored version, then at
+    /// debug level, however many reads meet it (a controller that lists at every sync would
+    /// flood its log otherwise).
+    #[test]
+    fn an_unreadable_object_is_logged_at_error_level_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use tracing_subscriber::prelude::*;
+
+        #[derive(Clone, Default)]
+        struct Errors(Arc<AtomicUsize>);
+        impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Errors {
+            fn on_event(
+                &self,
+                event: &tracing::Event<'_>,
+                _: tracing_subscriber::layer::Context<'_, S>,
+            ) {
+                if *event.metadata().level() == tracing::Level::ERROR {
+                    self.0.fetch_add(1, SeqCst);
+                }
+            }
+        }
+        let errors = Errors::default();
+        let subscriber = tracing_subscriber::registry().with(errors.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            let store = Indexer::<Odd>::with_storage(CacheStorage::Compact(
+                CompactConfig::default().hot_objects(0),
+            ));
+            let mut odd = Odd::new("a", OddSpec { n: 7 });
+            odd.metadata.namespace = Some("ns".into());
+            store.add(Arc::new(odd)).unwrap();
+            for _ in 0..3 {
+                assert!(store.list().is_empty());
+                assert!(store.get_by_key("ns/a").is_none());
+                assert!(store.by_index(NAMESPACE_INDEX, "ns").unwrap().is_empty());
+            }
+            assert_eq!(store.stats().decode_errors, 9);
+        });
+        assert_eq!(errors.0.load(SeqCst), 1);
     }
 }
 
