@@ -301,9 +301,32 @@ impl<K: DeserializeOwned, T> ListDecoder<K, T> {
     }
 
     /// Bytes received and not yet decoded: the value being received (plus what may follow it in
-    /// the last chunk). A caller bounds memory by failing the body once this passes its limit.
+    /// the last chunk). A caller bounds memory by failing the body once this passes its limit,
+    /// after a [`retry_now`](Self::retry_now).
     pub fn buffered(&self) -> usize {
         self.buf.len() - self.pos
+    }
+
+    /// Tries the value being received now. [`push`](Self::push) tries an unfinished value again
+    /// only once the buffered bytes have doubled, so that a large value is not parsed again for
+    /// every chunk; so a value may have arrived whole and still be buffered. A caller that fails
+    /// the body once [`buffered`](Self::buffered) passes a limit calls this first, so that a
+    /// value within the limit is not refused for how the body happened to be chunked.
+    ///
+    /// # Errors
+    ///
+    /// As [`push`](Self::push).
+    pub fn retry_now(&mut self, map: &mut dyn FnMut(K) -> T) -> Result<(), DecodeError> {
+        self.retry_now_bytes(&mut |obj, _| map(obj))
+    }
+
+    /// [`retry_now`](Self::retry_now), handing `map` each item's bytes as well.
+    pub(crate) fn retry_now_bytes(
+        &mut self,
+        map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
+    ) -> Result<(), DecodeError> {
+        self.parser.retry_at = 0;
+        self.push_bytes(&[], map)
     }
 
     /// Ends the body: decodes what is still buffered and returns the page.
