@@ -928,6 +928,11 @@ fn watch_frames() {
 
     let err = decode_watch_frame_in::<Value>(&SCHEMA, &frame("NOPE", &obj), &none).unwrap_err();
     assert_eq!(err.protobuf_kind(), Some(ErrorKind::Data));
+    // The event type is quoted between backticks, unescaped: one in it must not end the quote.
+    let err = decode_watch_frame_in::<Value>(&SCHEMA, &frame("x`c4n4ry", &obj), &none).unwrap_err();
+    for shown in [err.to_string(), format!("{err:?}")] {
+        assert!(!shown.contains("c4n4ry"), "{shown}");
+    }
     let err = decode_watch_frame_in::<Value>(&SCHEMA, &s(1, "ADDED"), &none).unwrap_err();
     assert!(err.to_string().contains("missing field `object`"), "{err}");
     // A frame with the magic (not how the server writes one) is not a WatchEvent.

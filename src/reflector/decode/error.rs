@@ -211,8 +211,25 @@ pub(crate) fn redact_data_message(msg: &str, position: &str) -> String {
     if msg.starts_with("missing field `") || msg.starts_with("duplicate field `") {
         return format!("{msg}{position}");
     }
+    let withheld =
+        || format!("invalid data{position} (details withheld: they may quote the object)");
     if !KNOWN_DATA_MESSAGES.iter().any(|p| msg.starts_with(p)) {
-        return format!("invalid data{position} (details withheld: they may quote the object)");
+        return withheld();
+    }
+    // serde writes the input's variant or field name between backticks as it is, unescaped, so
+    // a backtick in it would end the quote early: everything up to serde's own tail (the last
+    // one, which the type wrote) is dropped instead.
+    for prefix in ["unknown variant `", "unknown field `"] {
+        if let Some(rest) = msg.strip_prefix(prefix) {
+            let tail = ["`, expected ", "`, there are no "]
+                .iter()
+                .filter_map(|t| rest.rfind(t))
+                .max();
+            return match tail {
+                Some(at) => format!("{prefix}…{}{position}", &rest[at..]),
+                None => withheld(),
+            };
+        }
     }
     let mut out = String::with_capacity(msg.len() + position.len());
     // The delimiter of the quoted span being skipped, and whether the last char was a `\`.

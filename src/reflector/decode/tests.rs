@@ -89,6 +89,9 @@ fn decode_errors_never_quote_the_input() {
             .replace("41414141", "9876543210"),
         // unknown variant `…`
         format!(r#"{{"type":"{canary}","object":{{}}}}"#),
+        // a backtick in it does not end the quote early (serde does not escape it)
+        format!(r#"{{"type":"x`{canary}","object":{{}}}}"#),
+        format!(r#"{{"type":"x`, expected `{canary}","object":{{}}}}"#),
         // invalid value from a custom message (a bad timestamp)
         format!(r#"{{"type":"ADDED","object":{{"metadata":{{"creationTimestamp":"{canary}"}}}}}}"#),
     ] {
@@ -111,6 +114,46 @@ fn decode_errors_never_quote_the_input() {
         err.to_string(),
         "cannot decode watch event: invalid type: integer `…`, expected a string at line 1 column 39"
     );
+}
+
+/// A user's type with an enum or `deny_unknown_fields` (a custom resource's spec): serde
+/// quotes the input's variant or field name between backticks, unescaped.
+#[test]
+fn a_backtick_in_an_unknown_variant_or_field_does_not_leak_what_follows() {
+    use super::error::redacted;
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    enum Mode {
+        Fast,
+        Slow,
+    }
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Spec {
+        mode: Option<Mode>,
+    }
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Unit {}
+    for (input, want) in [
+        (
+            r#"{"mode":"a`hunter2"}"#,
+            "unknown variant `…`, expected `Fast` or `Slow` at line 1 column 19",
+        ),
+        (
+            r#"{"mo`hunter2":1}"#,
+            "unknown field `…`, expected `mode` at line 1 column 13",
+        ),
+    ] {
+        let e = serde_json::from_str::<Spec>(input).unwrap_err();
+        assert_eq!(redacted(&e), want);
+    }
+    let e = serde_json::from_str::<std::collections::BTreeMap<String, Mode>>(
+        r#"{"k":"a`, expected `hunter2"}"#,
+    )
+    .unwrap_err();
+    assert!(!redacted(&e).contains("hunter2"), "{}", redacted(&e));
 }
 
 #[test]
