@@ -1,6 +1,13 @@
 //! The list/watch abstraction the reflector drives, and its implementation over `kube::Client`.
 
-use std::{fmt, marker::PhantomData};
+use std::{
+    fmt,
+    marker::PhantomData,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt, future::BoxFuture, stream::BoxStream};
@@ -400,6 +407,9 @@ pub struct ApiListerWatcher<K> {
     url_path: String,
     metadata_only: bool,
     wire_format: WireFormat,
+    /// Set once a protobuf body named a kind the crate's schema lacks: JSON is asked for from
+    /// then on (shared by clones, which address the same collection).
+    json_fallback: Arc<AtomicBool>,
     label_selector: Option<String>,
     field_selector: Option<String>,
     _k: PhantomData<fn() -> K>,
@@ -412,6 +422,7 @@ impl<K> Clone for ApiListerWatcher<K> {
             url_path: self.url_path.clone(),
             metadata_only: self.metadata_only,
             wire_format: self.wire_format,
+            json_fallback: Arc::clone(&self.json_fallback),
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
             _k: PhantomData,
@@ -483,6 +494,7 @@ impl<K> ApiListerWatcher<K> {
             url_path,
             metadata_only,
             wire_format: WireFormat::Json,
+            json_fallback: Arc::new(AtomicBool::new(false)),
             label_selector: None,
             field_selector: None,
             _k: PhantomData,
@@ -498,9 +510,22 @@ impl<K> ApiListerWatcher<K> {
         self
     }
 
-    /// The encoding this asks the server for.
+    /// The encoding this asks the server for: the one set, or JSON once a protobuf response
+    /// named a kind this crate's protobuf schema lacks (a kind newer than the schema in a
+    /// built-in group version, such as one of an older or newer Kubernetes than the crate's).
+    /// The list or watch that met it fails with that [`DecodeError`](super::decode::DecodeError)
+    /// ([`crate::protobuf::ErrorKind::UnknownKind`]), and the reflector's retry asks for JSON.
     pub fn wire_format_requested(&self) -> WireFormat {
-        self.wire_format
+        if self.json_fallback.load(Ordering::Relaxed) {
+            WireFormat::Json
+        } else {
+            self.wire_format
+        }
+    }
+
+    /// Notes `e`: a protobuf body of a kind the schema lacks turns this to JSON for good.
+    fn note(&self, e: &ListWatchError) {
+        note_unknown_kind(&self.json_fallback, &self.url_path, e);
     }
 
     /// Restricts to objects matching a label selector (`labelSelector`, e.g. `app=web,tier!=db`).
@@ -537,7 +562,7 @@ impl<K> ApiListerWatcher<K> {
         watch: bool,
     ) -> Result<http::Request<kube::client::Body>, ListWatchError> {
         // The media ranges client-go's clientsets and metadata client send.
-        let accept = match (self.wire_format, self.metadata_only, watch) {
+        let accept = match (self.wire_format_requested(), self.metadata_only, watch) {
             (WireFormat::Json, false, _) => "application/json",
             (WireFormat::Protobuf, false, _) => {
                 "application/vnd.kubernetes.protobuf,application/json"
@@ -665,6 +690,7 @@ where
                 |k, _| k,
             )
             .await
+            .inspect_err(|e| self.note(e))
         }
         .boxed()
     }
@@ -686,7 +712,8 @@ where
                 format,
                 &mut |obj: K, _: ItemBytes<'_>| sink(obj),
             )
-            .await?;
+            .await
+            .inspect_err(|e| self.note(e))?;
             Ok(page.summary())
         }
         .boxed()
@@ -711,7 +738,8 @@ where
                     format,
                     &mut |meta: ListedMetaOf, bytes: ItemBytes<'_>| sink(meta.0, bytes),
                 )
-                .await?;
+                .await
+                .inspect_err(|e| self.note(e))?;
                 Ok(page.summary())
             }
             .boxed(),
@@ -724,12 +752,19 @@ where
     ) -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>> {
         async move {
             let (body, format) = self.open_watch(&options).await?;
+            let (fallback, url) = (Arc::clone(&self.json_fallback), self.url_path.clone());
             Ok(watch_event_stream_limited::<K, _>(
                 body,
                 options.max_object_bytes,
                 options.projection,
                 format,
-            ))
+            )
+            .inspect(move |r| {
+                if let Err(e) = r {
+                    note_unknown_kind(&fallback, &url, e);
+                }
+            })
+            .boxed())
         }
         .boxed()
     }
@@ -741,8 +776,14 @@ where
         Some(
             async move {
                 let (body, format) = self.open_watch(&options).await?;
+                let (fallback, url) = (Arc::clone(&self.json_fallback), self.url_path.clone());
                 Ok(raw_watch_stream(body, options.max_object_bytes, format)
                     .map(|event| event.and_then(RawWatchEvent::into_item::<K>))
+                    .inspect(move |r| {
+                        if let Err(e) = r {
+                            note_unknown_kind(&fallback, &url, e);
+                        }
+                    })
                     .boxed())
             }
             .boxed(),
@@ -755,6 +796,19 @@ where
             field_selector: self.field_selector.clone(),
             ..ListWatchTarget::from_url_path(&self.url_path)
         }
+    }
+}
+
+/// Turns `fallback` on when `e` is a protobuf body of a kind the crate's schema lacks, logging
+/// it once: kube-apiserver serves every built-in kind in protobuf, and a newer (or older) server
+/// may have kinds in a built-in group version that the schema does not, which only JSON can
+/// then decode.
+fn note_unknown_kind(fallback: &AtomicBool, url_path: &str, e: &ListWatchError) {
+    let ListWatchError::Decode(d) = e else { return };
+    if d.protobuf_kind() == Some(crate::protobuf::ErrorKind::UnknownKind)
+        && !fallback.swap(true, Ordering::Relaxed)
+    {
+        tracing::warn!(url = url_path, error = %d, "the server's protobuf names a kind this crate's schema lacks; asking for JSON from now on");
     }
 }
 
@@ -1386,5 +1440,99 @@ mod limit_tests {
             .unwrap_or_else(|e| panic!("chunks of {chunk}: {e:?}"));
             assert_eq!(page.items.len(), 2, "chunks of {chunk}");
         }
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod fallback_tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server of a built-in group version whose kind is not in the crate's schema (as
+    /// `resource.k8s.io/v1alpha3` `ResourceClaim` is in 1.37's, which has only other kinds of
+    /// that group version): protobuf to clients that accept it, JSON otherwise. Records each
+    /// request's `Accept`.
+    async fn unknown_kind_server() -> (String, Arc<parking_lot::Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepts = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&accepts);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let req = String::from_utf8_lossy(&req).to_ascii_lowercase();
+                let accept = req
+                    .lines()
+                    .find_map(|l| l.strip_prefix("accept: "))
+                    .unwrap_or("")
+                    .to_owned();
+                seen.lock().push(accept.clone());
+                let (content_type, body) = if accept.contains("protobuf") {
+                    // `k8s\0` + Unknown{typeMeta{apiVersion, kind}, raw}.
+                    let field = |n: u8, v: &[u8]| [&[n << 3 | 2, v.len() as u8][..], v].concat();
+                    let type_meta = [
+                        field(1, b"resource.k8s.io/v1alpha3"),
+                        field(2, b"ResourceClaimList"),
+                    ]
+                    .concat();
+                    let unknown = [field(1, &type_meta), field(2, &field(1, b""))].concat();
+                    (
+                        "application/vnd.kubernetes.protobuf",
+                        [&b"k8s\0"[..], &unknown].concat(),
+                    )
+                } else {
+                    (
+                        "application/json",
+                        br#"{"apiVersion":"resource.k8s.io/v1alpha3","kind":"ResourceClaimList","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","namespace":"ns","resourceVersion":"5"}}]}"#.to_vec(),
+                    )
+                };
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(&body).await;
+            }
+        });
+        (url, accepts)
+    }
+
+    #[tokio::test]
+    async fn a_protobuf_kind_missing_from_the_schema_turns_the_lister_watcher_to_json() {
+        let (url, accepts) = unknown_kind_server().await;
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let path = "/apis/resource.k8s.io/v1alpha3/namespaces/ns/resourceclaims".to_owned();
+        let lw = ApiListerWatcher::<DynamicObject>::from_url(client, path, false);
+        assert_eq!(lw.wire_format_requested(), WireFormat::Protobuf);
+        let options = ListOptions {
+            idle_timeout: Some(std::time::Duration::from_secs(10)),
+            ..Default::default()
+        };
+        let err = lw.list(options.clone()).await.unwrap_err();
+        let ListWatchError::Decode(d) = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            d.protobuf_kind(),
+            Some(crate::protobuf::ErrorKind::UnknownKind)
+        );
+        // The retry (and any clone's request) asks for JSON, and lists.
+        assert_eq!(lw.clone().wire_format_requested(), WireFormat::Json);
+        let page = lw.list(options).await.unwrap();
+        assert_eq!(page.items.len(), 1);
+        let accepts = accepts.lock().clone();
+        assert_eq!(accepts.len(), 2);
+        assert!(accepts[0].contains("protobuf"), "{accepts:?}");
+        assert_eq!(accepts[1], "application/json");
     }
 }
