@@ -67,6 +67,8 @@ enum State {
 struct ListMessages {
     metadata: Option<MessageId>,
     item: MessageId,
+    /// What each item is given (see [`super::list_item_type_meta`]).
+    item_type_meta: Option<(&'static str, &'static str)>,
 }
 
 struct Parser<K, T> {
@@ -374,7 +376,7 @@ impl<K: DeserializeOwned + 'static, T> Parser<K, T> {
                             self.shard_info = shard;
                         }
                     }
-                    LIST_ITEMS => self.item(value, list.item, map)?,
+                    LIST_ITEMS => self.item(value, list.item, list.item_type_meta, map)?,
                     _ => {}
                 }
                 self.state = State::Raw(left - field.len() as u64);
@@ -399,6 +401,7 @@ impl<K: DeserializeOwned + 'static, T> Parser<K, T> {
             Some((item, Card::Repeated)) => Ok(ListMessages {
                 metadata: message_of(LIST_METADATA).map(|(id, _)| id),
                 item,
+                item_type_meta: super::list_item_type_meta(self.schema, item),
             }),
             // Not a list kind.
             _ => Err(Error::unknown_kind(api_version, kind)),
@@ -411,9 +414,10 @@ impl<K: DeserializeOwned + 'static, T> Parser<K, T> {
         &mut self,
         bytes: &[u8],
         item: MessageId,
+        type_meta: Option<(&'static str, &'static str)>,
         map: &mut dyn FnMut(K, ItemBytes<'_>) -> T,
     ) -> Result<(), Error> {
-        match direct::decode::<K>(self.schema, bytes, item, None, &self.projection) {
+        match direct::decode::<K>(self.schema, bytes, item, type_meta, &self.projection) {
             Ok(obj) => {
                 let bytes = ItemBytes {
                     bytes,

@@ -96,6 +96,19 @@ pub(crate) fn enveloped_message(
     envelope::resolve(schema, env.api_version, env.kind).ok()
 }
 
+/// The `apiVersion` and `kind` a list item of message `id` is given. kube-apiserver's JSON
+/// stamps each item of a `PartialObjectMetadataList` as `meta.k8s.io/v1`
+/// `PartialObjectMetadata`, as watch events' objects are; protobuf cannot (the message has no
+/// `TypeMeta`), so the decode gives it, for the same object as from JSON. Items of other lists
+/// have none in either encoding.
+pub(crate) fn list_item_type_meta(
+    schema: &schema::Schema,
+    id: schema::MessageId,
+) -> Option<(&'static str, &'static str)> {
+    const PARTIAL: (&str, &str) = ("meta.k8s.io/v1", "PartialObjectMetadata");
+    (schema.root(PARTIAL.0, PARTIAL.1) == Some(id)).then_some(PARTIAL)
+}
+
 /// The media type of Kubernetes protobuf, for `Accept` and `Content-Type`.
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
 

@@ -1249,6 +1249,57 @@ mod tests {
         assert_eq!((s.code, s.reason.as_str()), (410, "Expired"));
     }
 
+    /// A metadata-only list: kube-apiserver's JSON stamps each item `meta.k8s.io/v1`
+    /// `PartialObjectMetadata` (as a watch event's object is); its protobuf cannot, and the
+    /// decode gives the items the same, decoded or kept as bytes.
+    #[cfg(feature = "testing")]
+    #[tokio::test]
+    async fn metadata_list_items_have_their_type_in_both_encodings() {
+        let items = [serde_json::json!({"apiVersion": "meta.k8s.io/v1",
+            "kind": "PartialObjectMetadata", "metadata": {"name": "a", "namespace": "ns",
+            "resourceVersion": "3"}})];
+        let meta = serde_json::json!({"resourceVersion": "9"});
+        let json = serde_json::to_vec(&serde_json::json!({"apiVersion": "meta.k8s.io/v1",
+            "kind": "PartialObjectMetadataList", "metadata": meta, "items": items}))
+        .unwrap();
+        let pb = crate::protobuf::encode::encode_list(
+            "meta.k8s.io/v1",
+            "PartialObjectMetadataList",
+            &meta,
+            &items.iter().collect::<Vec<_>>(),
+        )
+        .unwrap();
+        type Meta = PartialObjectMeta<ConfigMap>;
+        let want: Meta = serde_json::from_value(items[0].clone()).unwrap();
+        assert_eq!(want.types.as_ref().unwrap().kind, "PartialObjectMetadata");
+        for (format, body) in [(WireFormat::Json, &json), (WireFormat::Protobuf, &pb)] {
+            let chunks = vec![Ok(Bytes::copy_from_slice(body))];
+            let mut kept = Vec::new();
+            let page = decode_list_body::<Meta, _, _>(
+                futures::stream::iter(chunks),
+                &unlimited_idle(usize::MAX),
+                format,
+                |obj: Meta, bytes: ItemBytes<'_>| {
+                    kept.push(bytes.decode::<Meta>().unwrap());
+                    obj
+                },
+            )
+            .await
+            .unwrap();
+            let values = |v: &[Meta]| serde_json::to_value(v).unwrap();
+            assert_eq!(
+                values(&page.items),
+                values(std::slice::from_ref(&want)),
+                "{format:?}"
+            );
+            assert_eq!(
+                values(&kept),
+                values(std::slice::from_ref(&want)),
+                "{format:?}, kept as bytes"
+            );
+        }
+    }
+
     /// The bytes path (a store that keeps objects in its own form): each item's key and
     /// resourceVersion, and bytes that decode to the object a decoded list gives, in both
     /// encodings and at every chunk size.

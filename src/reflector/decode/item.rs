@@ -77,13 +77,14 @@ impl ItemEncoding {
             }),
             Self::Protobuf { schema, message } => {
                 let none = super::Projection::none();
-                crate::protobuf::direct::decode(schema, bytes, message, None, &none).map_err(|e| {
-                    DecodeError {
+                let type_meta = crate::protobuf::list_item_type_meta(schema, message);
+                crate::protobuf::direct::decode(schema, bytes, message, type_meta, &none).map_err(
+                    |e| DecodeError {
                         what: "object",
                         error: Cause::Protobuf(e),
                         offset: None,
-                    }
-                })
+                    },
+                )
             }
             Self::Enveloped { schema } => {
                 crate::protobuf::decode_object_in(schema, bytes, &super::Projection::none())
