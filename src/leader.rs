@@ -212,8 +212,9 @@ impl LeaderElectionConfig {
     }
 
     /// Whether shutting down [`LeaderElector::run`] releases a held Lease (after the workers
-    /// stopped), so another replica takes over within `retry_period` instead of at expiry
-    /// (client-go's `ReleaseOnCancel`).
+    /// stopped), so another replica takes over within about two `retry_period`s (it takes a
+    /// Lease it has read free twice in a row) instead of at expiry (client-go's
+    /// `ReleaseOnCancel`).
     #[must_use]
     pub fn release_on_cancel(mut self, release: bool) -> Self {
         self.release_on_cancel = release;

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! API server ─list/watch─▶ Reflector ─deltas─▶ DeltaFifo ─pop─▶ handle_deltas ─▶ Indexer ◀─ Lister
-//!                                                                     │
+//!                                        (or InOrderFifo)             │
 //!                                                      SharedProcessor ─▶ one buffered listener
 //!                                                                         (task) per handler
 //!                                                                     │
@@ -27,6 +27,10 @@
 //! - `runtime` (feature): conversions between [`ObjectKey`] and kube-runtime's `ObjectRef`.
 //! - `prometheus` (feature): workqueue and informer metrics exported to Prometheus under
 //!   client-go's names and labels.
+//! - `leader-election` (feature): `leader`, leader election for controller replicas over
+//!   coordination.k8s.io Leases.
+//! - `compact` (feature): `CacheStorage::Compact`, caches that hold each object
+//!   zstd-compressed and decode it on demand.
 //!
 //! Objects are decoded once and shared as `Arc<K>` by the cache, the FIFO, every handler and every
 //! lister read.

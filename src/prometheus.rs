@@ -23,8 +23,8 @@
 //! As in client-go, only named queues ([`Config::name`](crate::workqueue::Config::name)) and
 //! named informers ([`InformerId`], or [`FactoryConfig::informer_name`](crate::FactoryConfig::informer_name))
 //! report, and only in-order informers ([`FifoMode::InOrder`](crate::FifoMode::InOrder)) report
-//! `informer_queued_items` and `informer_processing_latency_seconds` (client-go's DeltaFIFO has
-//! neither).
+//! the three informer metrics: a DeltaFIFO informer reports none (client-go's DeltaFIFO has no
+//! queue metrics and never sets the store's resourceVersion).
 //!
 //! ```
 //! use std::sync::Arc;

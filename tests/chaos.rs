@@ -33,7 +33,7 @@
 //! prints the seeds of the schedules running at the time). Replay one schedule with
 //!
 //! ```text
-//! KUBE_INFORMER_CHAOS_SEED=<seed> cargo test --features testing --test chaos -- --nocapture
+//! KUBE_INFORMER_CHAOS_SEED=<seed> cargo test --all-features --test chaos -- --nocapture
 //! ```
 //!
 //! (the same writes and faults in the same order; thread and socket timing still varies, so a
@@ -41,7 +41,7 @@
 //! fresh random base seed; a long soak runs thousands:
 //!
 //! ```text
-//! KUBE_INFORMER_CHAOS_SCHEDULES=5000 cargo test --release --features testing --test chaos -- --nocapture
+//! KUBE_INFORMER_CHAOS_SCHEDULES=5000 cargo test --release --all-features --test chaos -- --nocapture
 //! ```
 //!
 //! `KUBE_INFORMER_CHAOS_PARALLEL` (default 4) sets how many schedules run at once, each with
@@ -162,7 +162,7 @@ async fn chaos_schedules_keep_cache_and_handlers_equal_to_the_server() {
         if let Some(failure) = failure {
             panic!(
                 "chaos schedule with seed {seed} failed: {failure}\n\
-                 replay: KUBE_INFORMER_CHAOS_SEED={seed} cargo test --features testing --test chaos -- --nocapture"
+                 replay: KUBE_INFORMER_CHAOS_SEED={seed} cargo test --all-features --test chaos -- --nocapture"
             );
         }
         // A panic that something caught (a handler's, a server or informer task's) did not fail
@@ -171,7 +171,7 @@ async fn chaos_schedules_keep_cache_and_handlers_equal_to_the_server() {
         assert!(
             panics.is_empty(),
             "panics during the run: {panics:#?}\n\
-             replay each seed named there: KUBE_INFORMER_CHAOS_SEED=<seed> cargo test --features testing --test chaos -- --nocapture"
+             replay each seed named there: KUBE_INFORMER_CHAOS_SEED=<seed> cargo test --all-features --test chaos -- --nocapture"
         );
     }
     eprintln!(

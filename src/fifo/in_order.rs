@@ -427,7 +427,8 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
     ///
     /// # Errors
     ///
-    /// As [`replace`](Self::replace).
+    /// As [`replace`](Self::replace), and [`FifoError::Packed`] for a packed item when this FIFO
+    /// has no cache that packs (it was packed by another FIFO's); nothing is queued then.
     pub fn replace_items(
         &self,
         list: Vec<ListItem<K>>,

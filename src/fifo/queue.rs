@@ -496,6 +496,8 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     /// # Errors
     ///
     /// [`FifoError::Key`] if the object has no valid key; the FIFO is unchanged.
+    /// [`FifoError::Transform`] if the transform panics: the object is left out and the key's
+    /// known version is queued as a [`DeletedFinalStateUnknown`] tombstone (see [`TransformFn`]).
     pub fn add(&self, obj: K) -> Result<(), FifoError> {
         self.enqueue(DeltaType::Added, obj)
     }
@@ -505,6 +507,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     /// # Errors
     ///
     /// [`FifoError::Key`] if the object has no valid key; the FIFO is unchanged.
+    /// [`FifoError::Transform`] if the transform panics, as for [`add`](Self::add).
     pub fn update(&self, obj: K) -> Result<(), FifoError> {
         self.enqueue(DeltaType::Updated, obj)
     }
@@ -516,6 +519,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     /// # Errors
     ///
     /// [`FifoError::Key`] if the object has no valid key; the FIFO is unchanged.
+    /// [`FifoError::Transform`] if the transform panics, as for [`add`](Self::add).
     pub fn delete(&self, obj: K) -> Result<(), FifoError> {
         let (key, obj) = self.prepare(obj)?;
         let queued = {
@@ -627,8 +631,9 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     ///
     /// # Errors
     ///
-    /// [`FifoError::Key`] if any object has no valid key; every key is checked before anything
-    /// changes, so the FIFO is then unchanged.
+    /// [`FifoError::Key`] if any object has no valid key; [`FifoError::Transform`] if the
+    /// transform panics on a listed object. Both are met before anything changes, so the FIFO
+    /// is then unchanged.
     pub fn replace(&self, list: Vec<K>, resource_version: &str) -> Result<(), FifoError> {
         let items = list
             .into_iter()

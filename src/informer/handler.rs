@@ -7,13 +7,17 @@ use crate::fifo::DeltaObject;
 /// Receives an informer's notifications (client-go `ResourceEventHandler`).
 ///
 /// Each registered handler is called one notification at a time and in order, so it may keep
-/// state in `&mut self`; notifications wait in the handler's own unbounded buffer, so a slow
-/// handler never delays the informer. By default an informer's handlers run as tasks on one
+/// state in `&mut self`; notifications wait in the handler's own buffer, unbounded by default
+/// (as in client-go), so a slow handler never delays the informer; a bounded one
+/// ([`HandlerOptions::bounded_buffer`](super::HandlerOptions::bounded_buffer)) holds the informer
+/// back instead, while it is full. By default an informer's handlers run as tasks on one
 /// handler thread of the informer's (as client-go's run in goroutines): keep their calls short
 /// and non-blocking, typically a workqueue `add`, so they do not delay each other. A handler that
 /// blocks needs its own thread: register it with
 /// [`HandlerOptions::dedicated_thread`](super::HandlerOptions::dedicated_thread).
-/// A panic in a handler is caught and logged and the handler goes on with the next notification.
+/// A panic in a handler is caught and logged, and the handler goes on with the next notification
+/// after a pause of a second (as client-go's `processorListener.run` restarts its loop with
+/// `wait.Until(..., 1s)`); nothing is dropped meanwhile.
 ///
 /// Objects are shared `Arc`s straight from the cache: never copy them to read them.
 pub trait ResourceEventHandler<K>: Send + 'static {

@@ -1,5 +1,6 @@
-//! The shared index informer: reflector → DeltaFIFO → `handle_deltas` → indexer + listeners
-//! (client-go `tools/cache/shared_informer.go`, `controller.go`).
+//! The shared index informer: reflector → FIFO (DeltaFIFO, or the in-order FIFO that client-go
+//! v0.36+ runs; see [`FifoMode`]) → `handle_deltas` → indexer + listeners (client-go
+//! `tools/cache/shared_informer.go`, `controller.go`).
 
 mod handler;
 mod metrics;
@@ -416,7 +417,8 @@ where
     ///
     /// # Errors
     ///
-    /// [`InformerError::Stopped`] once the informer has been stopped.
+    /// [`InformerError::Stopped`] once the informer has been stopped;
+    /// [`InformerError::HandlerThread`] if the thread that calls the handler cannot be spawned.
     pub fn add_event_handler(
         &self,
         handler: impl ResourceEventHandler<K>,
@@ -432,7 +434,8 @@ where
     ///
     /// # Errors
     ///
-    /// [`InformerError::Stopped`] once the informer has been stopped.
+    /// [`InformerError::Stopped`] once the informer has been stopped;
+    /// [`InformerError::HandlerThread`] if the thread that calls the handler cannot be spawned.
     pub fn add_event_handler_with_resync_period(
         &self,
         handler: impl ResourceEventHandler<K>,
@@ -448,7 +451,8 @@ where
     ///
     /// # Errors
     ///
-    /// [`InformerError::Stopped`] once the informer has been stopped.
+    /// [`InformerError::Stopped`] once the informer has been stopped;
+    /// [`InformerError::HandlerThread`] if the thread that calls the handler cannot be spawned.
     pub fn add_event_handler_with_options(
         &self,
         handler: impl ResourceEventHandler<K>,

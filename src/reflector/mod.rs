@@ -1,5 +1,6 @@
 //! The reflector: lists and watches one resource with client-go's resourceVersion rules and
-//! feeds every change into a [`DeltaFifo`].
+//! feeds every change into a [`ReflectorStore`] (a [`DeltaFifo`] by default, or an
+//! [`InOrderFifo`](crate::InOrderFifo)).
 //!
 //! The rules (client-go `tools/cache/reflector.go`, `tools/pager/pager.go`):
 //! - The first list asks for `resourceVersion=0` (served from the API server's watch cache).
