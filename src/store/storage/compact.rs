@@ -176,8 +176,10 @@ struct Codec {
     /// 0 for plain zstd; then 1, 2, … per trained dictionary.
     generation: u64,
     dictionary: Vec<u8>,
-    /// The compression context, and the buffer it compresses into (see [`Codec::compress`]).
-    compressor: Mutex<(zstd::bulk::Compressor<'static>, Vec<u8>)>,
+    /// The compression context, and the buffer it compresses into (see [`Codec::compress`]);
+    /// `None` once a newer codec has taken over ([`Codec::retire`]): the blobs made with this one
+    /// only need it to decompress.
+    compressor: Mutex<Option<(zstd::bulk::Compressor<'static>, Vec<u8>)>>,
     /// Decompression contexts, reused: making one costs more than decompressing a Pod.
     decompressors: Mutex<Vec<zstd::bulk::Decompressor<'static>>>,
     /// Buffers to decompress into, reused (see [`Codec::decompressed`]).
@@ -207,7 +209,7 @@ impl Codec {
         Ok(Self {
             generation,
             dictionary,
-            compressor: Mutex::new((compressor, Vec::new())),
+            compressor: Mutex::new(Some((compressor, Vec::new()))),
             decompressors: Mutex::new(Vec::new()),
             buffers: Mutex::new(Vec::new()),
         })
@@ -220,11 +222,24 @@ impl Codec {
     /// 94–96 MiB with this).
     fn compress(&self, raw: &[u8]) -> std::io::Result<Box<[u8]>> {
         let mut guard = self.compressor.lock();
-        let (compressor, buf) = &mut *guard;
+        let Some((compressor, buf)) = &mut *guard else {
+            return Err(std::io::Error::other("compact cache: codec retired"));
+        };
         buf.clear();
         buf.reserve(zstd::zstd_safe::compress_bound(raw.len()));
         compressor.compress_to_buffer(raw, buf)?;
         Ok(Box::from(&buf[..]))
+    }
+
+    /// Frees the compression context (its digested dictionary and its workspace) and buffer: a
+    /// newer codec compresses from now on, and this one's blobs, which may live as long as their
+    /// objects, only decompress. A compression that races it fails, and takes the newer codec.
+    fn retire(&self) {
+        drop(self.compressor.lock().take());
+    }
+
+    fn is_retired(&self) -> bool {
+        self.compressor.lock().is_none()
     }
 
     /// `f` of `blob` decompressed, which must give exactly `raw_len` bytes, in a pooled buffer.
@@ -660,12 +675,19 @@ impl<K> Compact<K> {
         raw: &[u8],
         stored: bool,
     ) -> Result<(Box<[u8]>, Arc<Codec>), String> {
-        let codec = {
-            let mut t = self.trainer.lock();
-            self.install_trained(&mut t);
-            t.current.clone().ok_or("no zstd context")?
+        let (codec, blob) = loop {
+            let codec = {
+                let mut t = self.trainer.lock();
+                self.install_trained(&mut t);
+                t.current.clone().ok_or("no zstd context")?
+            };
+            match codec.compress(raw) {
+                Ok(blob) => break (codec, blob),
+                // A newer codec took over meanwhile: it is current now.
+                Err(_) if codec.is_retired() => {}
+                Err(e) => return Err(e.to_string()),
+            }
         };
-        let blob = codec.compress(raw).map_err(|e| e.to_string())?;
         let mut t = self.trainer.lock();
         // Only while a first dictionary is coming: a cache whose training failed stays plain.
         if stored && codec.generation == 0 && (t.collecting || t.training.is_some()) {
@@ -747,7 +769,9 @@ impl<K> Compact<K> {
         if codec.generation > 1 {
             t.plain_keys = Vec::new();
         }
-        t.current = Some(Arc::new(codec));
+        if let Some(old) = t.current.replace(Arc::new(codec)) {
+            old.retire();
+        }
         self.counters.trainings.fetch_add(1, Relaxed);
     }
 
@@ -1558,6 +1582,22 @@ mod codec_tests {
     #[test]
     fn a_blob_stays_48_bytes() {
         assert_eq!(std::mem::size_of::<super::Blob>(), 48);
+    }
+
+    /// A retired codec (a newer dictionary took over) frees its compression side and still
+    /// decompresses its blobs.
+    #[test]
+    fn a_retired_codec_still_decompresses() {
+        let codec = Codec::new(1, 3, b"some dictionary bytes, not trained".to_vec()).unwrap();
+        let raw: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let blob = codec.compress(&raw).unwrap();
+        codec.retire();
+        assert!(codec.is_retired());
+        assert!(codec.compress(&raw).is_err());
+        assert_eq!(
+            codec.decompressed(&blob, 5000, <[u8]>::to_vec).unwrap(),
+            raw
+        );
     }
 
     /// A reused buffer is larger than the next object: its capacity must not become the bound,
