@@ -190,7 +190,7 @@ pub(crate) struct ListenerQueue<K> {
     has_consumer: AtomicBool,
     /// The thread that calls the handler: its own, or the informer's shared handler thread.
     consumer_thread: std::sync::OnceLock<std::thread::ThreadId>,
-    /// Turns `true` at close (see [`Listener::wait_finished`]).
+    /// Turns `true` at close (see [`ListenerQueue::wait_finished`]).
     closed_signal: tokio::sync::watch::Sender<bool>,
 }
 

@@ -804,7 +804,7 @@ impl<K> Compact<K> {
             if blob.codec.generation != 0 {
                 continue;
             }
-            if let Some(recoded) = recode(&key, blob, &current) {
+            if let Some(recoded) = self.recode(&key, blob, &current) {
                 self.count_out(slot);
                 slot.body = Body::Compressed(Arc::new(recoded));
                 self.count_in(slot);
@@ -860,6 +860,17 @@ impl<K> Compact<K> {
         yes
     }
 
+    /// [`recode`] with `current`, or with the codec that replaced it meanwhile (retiring it).
+    fn recode(&self, key: &ObjectKey, blob: &Blob, current: &Arc<Codec>) -> Option<Blob> {
+        match recoded(blob, current) {
+            Err(_) if current.is_retired() => {
+                let newer = self.trainer.lock().current.clone()?;
+                recode(key, blob, &newer)
+            }
+            r => logged_recode(key, r),
+        }
+    }
+
     /// A packed `blob` the store is about to keep under `key`: re-compressed with the first
     /// dictionary if it was compressed before that came, or queued to be once it comes.
     fn kept(&self, key: &ObjectKey, blob: Blob) -> Blob {
@@ -871,7 +882,7 @@ impl<K> Compact<K> {
         match t.current.clone() {
             Some(current) if current.generation > 0 => {
                 drop(t);
-                recode(key, &blob, &current).unwrap_or(blob)
+                self.recode(key, &blob, &current).unwrap_or(blob)
             }
             _ => {
                 if t.collecting || t.training.is_some() {
@@ -939,11 +950,12 @@ fn not_packed_here(key: &ObjectKey) -> StorageError {
 /// `blob` compressed again with `current` (bytes to bytes: nothing is decoded); `None` (logged)
 /// keeps it as it is, still readable with the codec it holds.
 fn recode(key: &ObjectKey, blob: &Blob, current: &Arc<Codec>) -> Option<Blob> {
-    logged_recode(
-        key,
-        blob.decompressed(|raw| blob.recoded(raw, current))
-            .and_then(|r| r),
-    )
+    logged_recode(key, recoded(blob, current))
+}
+
+fn recoded(blob: &Blob, current: &Arc<Codec>) -> std::io::Result<Blob> {
+    blob.decompressed(|raw| blob.recoded(raw, current))
+        .and_then(|r| r)
 }
 
 /// What a re-compression gave; a failure is logged, and the blob is then kept as it was.
