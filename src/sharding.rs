@@ -11,9 +11,11 @@
 //! ranges.
 //!
 //! A server without the gate ignores the parameter and answers with the whole collection; its
-//! list responses then lack `metadata.shardInfo`. The reflector checks for it (and that every
-//! object it receives is in the shard) and fails with [`ShardError`] instead of caching more
-//! than its shard: n replicas that each cached everything would each process everything.
+//! list responses then lack `metadata.shardInfo`. The reflector checks each object it receives
+//! against the shard as well, as client-go's `NewShardedListWatch` does, so such a server costs
+//! each replica the whole collection's transfer and decode but never caches or hands its
+//! handlers more than its shard (the reflector logs each such list at info level). The
+//! server's sharding is what saves the transfer; client-side, the shard holds either way.
 //!
 //! ```
 //! use kube_informer::sharding::{ShardKey, ShardSelector};
@@ -233,17 +235,6 @@ pub enum ShardError {
     /// The selector is malformed or empty.
     #[error("invalid shard selector: {0}")]
     Invalid(String),
-    /// A list response to a sharded request has no `metadata.shardInfo`: the server does not
-    /// shard (kube-apiserver without the `ShardedListAndWatch` feature gate, or older than
-    /// 1.36) and sent the whole collection.
-    #[error(
-        "the server ignored the shard selector {selector:?} (no metadata.shardInfo in the list \
-         response; kube-apiserver needs the ShardedListAndWatch feature gate)"
-    )]
-    Unsupported {
-        /// The selector asked for.
-        selector: String,
-    },
     /// The server applied a different selector than the one asked for.
     #[error("the server applied the shard selector {applied:?}, not {asked:?}")]
     Mismatch {

@@ -149,13 +149,17 @@ pub struct ReflectorConfig {
     /// [`ListOptions::max_object_bytes`] and [`WatchOptions::max_object_bytes`].
     pub max_object_bytes: usize,
     /// List and watch only this shard of the collection (KEP-5866; see [`crate::sharding`]).
-    /// Every list and watch, relists included, carries it as `shardSelector`. A list response
-    /// without `metadata.shardInfo` (a server that ignores the selector) fails the list with
-    /// [`ShardError::Unsupported`](crate::sharding::ShardError::Unsupported), and an object
-    /// outside the shard is reported ([`Error::OutOfShard`]) and not cached: the reflector
-    /// never falls back to caching the whole collection. A sharded reflector lists rather than
-    /// stream its initial list ([`Self::streaming_list`] is not used), since only a list
-    /// response tells whether the server applied the selector. Default `None`.
+    /// Every list and watch, relists included, carries it as `shardSelector`, and the shard is
+    /// also checked on the client, as client-go's `NewShardedListWatch` does: a server that
+    /// ignores the selector (kube-apiserver without the `ShardedListAndWatch` gate: its list
+    /// response has no `metadata.shardInfo`) sends the whole collection, of which only the
+    /// shard is cached (logged at info level for each such list), and a watch event outside
+    /// the shard (such a server, or one member of an HA control plane without the gate) is
+    /// dropped, logged at debug level. A list response that echoes another selector fails with
+    /// [`ShardError::Mismatch`](crate::sharding::ShardError::Mismatch), and an object outside
+    /// the shard in a list the server says it sharded is reported ([`Error::OutOfShard`]) and
+    /// not cached. A sharded reflector lists rather than stream its initial list
+    /// ([`Self::streaming_list`] is not used). Default `None`.
     pub shard: Option<crate::sharding::ShardSelector>,
     /// Fields dropped from every object while it is decoded, in lists, watches and streaming
     /// lists alike (none by default; see [`Projection`]). Passed to the [`ListerWatcher`] in
@@ -365,19 +369,25 @@ fn out_of_shard<K: Resource>(
     }
 }
 
-/// A sharded list must echo the selector in `metadata.shardInfo`: a server that does not
-/// shard sends the whole collection without it.
+/// Whether the server sharded a list: a sharding server echoes the selector in
+/// `metadata.shardInfo`; one that does not shard sends the whole collection without it, and
+/// the shard is then taken on the client (as client-go's `NewShardedListWatch` does).
+///
+/// # Errors
+///
+/// [`ShardError::Mismatch`](crate::sharding::ShardError::Mismatch): the server applied another
+/// selector, so the list may lack objects of this shard.
 fn check_shard_info(
     shard: &crate::sharding::ShardSelector,
     echoed: Option<&str>,
-) -> Result<(), ListWatchError> {
+) -> Result<bool, ListWatchError> {
     use crate::sharding::{ShardError, ShardSelector};
     let asked = shard.to_string();
     let Some(echoed) = echoed else {
-        return Err(ShardError::Unsupported { selector: asked }.into());
+        return Ok(false);
     };
     if echoed.parse::<ShardSelector>().ok().as_ref() == Some(shard) {
-        Ok(())
+        Ok(true)
     } else {
         Err(ShardError::Mismatch {
             asked,
@@ -806,11 +816,23 @@ where
             }
         };
         let summary = self.lw.list_each(options, &mut sink).await?;
-        if let Some(shard) = shard {
-            check_shard_info(shard, summary.shard_info.as_deref())?;
-        }
-        for e in outside {
-            self.report(&Error::OutOfShard(e));
+        let Some(shard) = shard else {
+            return Ok(summary);
+        };
+        if check_shard_info(shard, summary.shard_info.as_deref())? {
+            // A server that sharded the list sent something outside the shard.
+            for e in outside {
+                self.report(&Error::OutOfShard(e));
+            }
+        } else {
+            tracing::info!(
+                reflector = %self.name,
+                shard = %shard,
+                listed = outside.len() + items.len(),
+                outside = outside.len(),
+                "the server does not shard (no metadata.shardInfo: kube-apiserver without the \
+                 ShardedListAndWatch gate); the shard is taken on the client"
+            );
         }
         Ok(summary)
     }
@@ -828,10 +850,12 @@ where
         self.config.shard.as_ref().map(ToString::to_string)
     }
 
-    /// A watched object outside the shard: reported, not cached, its version still passed.
+    /// A watched object outside the shard: not cached, its version still passed. A server that
+    /// does not shard sends every event (as client-go's `NewShardedListWatch` does, they are
+    /// filtered here quietly).
     fn skip_out_of_shard(&mut self, shard: &crate::sharding::ShardSelector, obj: &K) {
         let rv = object_rv(obj);
-        self.report(&Error::OutOfShard(out_of_shard(shard, obj)));
+        tracing::debug!(reflector = %self.name, error = %out_of_shard(shard, obj), "watch event outside the shard; dropped");
         self.set_last_rv(&rv);
         self.store.bookmark(&rv);
     }
