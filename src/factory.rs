@@ -76,6 +76,9 @@ pub struct FactoryConfig {
     pub wire_format: Option<WireFormat>,
     /// Per-type encodings, overriding [`Self::wire_format`].
     pub custom_wire_format: HashMap<TypeId, WireFormat>,
+    /// Per-type shards, overriding the factory's ([`ReflectorConfig::shard`] in
+    /// [`Self::reflector`]); `None` for a type whose informers cache the whole collection.
+    pub custom_shard: HashMap<TypeId, Option<crate::sharding::ShardSelector>>,
 }
 
 impl Debug for FactoryConfig {
@@ -97,6 +100,7 @@ impl Debug for FactoryConfig {
             .field("metrics_provider", &self.metrics_provider.is_some())
             .field("wire_format", &self.wire_format)
             .field("custom_wire_format", &self.custom_wire_format)
+            .field("custom_shard", &self.custom_shard)
             .finish()
     }
 }
@@ -179,6 +183,13 @@ impl FactoryConfig {
     /// [`ShardSelector::of(i, n)`](crate::sharding::ShardSelector::of). Set it after
     /// [`Self::reflector`], which replaces the whole reflector config.
     ///
+    /// Every type of the factory is then sharded by its own uid (or namespace): objects of two
+    /// types related by owner (a Deployment and its ReplicaSets) land on different replicas,
+    /// and a type every replica needs whole (Nodes, Namespaces) is split too. Use
+    /// [`Self::shard_for`] to shard a type otherwise or not at all, or
+    /// [`ShardSelector::of_key`](crate::sharding::ShardSelector::of_key) to keep each namespace
+    /// on one replica.
+    ///
     /// ```
     /// use kube_informer::{FactoryConfig, sharding::ShardSelector};
     /// let replica = 1; // e.g. from the StatefulSet ordinal
@@ -188,6 +199,26 @@ impl FactoryConfig {
     #[must_use]
     pub fn shard(mut self, shard: crate::sharding::ShardSelector) -> Self {
         self.reflector.shard = Some(shard);
+        self
+    }
+
+    /// Shards informers of type `K` by `shard`, or with `None` not at all, whatever
+    /// [`Self::shard`] says (for dynamic informers, `K` is `DynamicObject`; for metadata-only
+    /// ones, `PartialObjectMeta<K>`).
+    ///
+    /// ```
+    /// use k8s_openapi::api::{apps::v1::Deployment, core::v1::Node};
+    /// use kube_informer::{FactoryConfig, sharding::ShardSelector};
+    /// let config = FactoryConfig::default()
+    ///     .shard(ShardSelector::of(1, 3).unwrap())
+    ///     // Every replica needs every Node.
+    ///     .shard_for::<Node>(None);
+    /// assert_eq!(config.custom_shard.len(), 1);
+    /// # let _ = std::marker::PhantomData::<Deployment>;
+    /// ```
+    #[must_use]
+    pub fn shard_for<K: 'static>(mut self, shard: Option<crate::sharding::ShardSelector>) -> Self {
+        self.custom_shard.insert(TypeId::of::<K>(), shard);
         self
     }
 
@@ -490,10 +521,14 @@ impl SharedInformerFactory {
             .get(&TypeId::of::<K>())
             .unwrap_or(&c.cache_storage)
             .clone();
+        let mut reflector = c.reflector.clone();
+        if let Some(shard) = c.custom_shard.get(&TypeId::of::<K>()) {
+            reflector.shard.clone_from(shard);
+        }
         let mut config = InformerConfig::default()
             .name(log_name.clone())
             .resync_period(resync)
-            .reflector(c.reflector.clone())
+            .reflector(reflector)
             .fifo_mode(fifo_mode)
             .cache_storage(cache_storage);
         if let Some(p) = c.custom_projection.get(&TypeId::of::<K>()) {

@@ -277,3 +277,54 @@ async fn a_server_that_ignores_the_selector_is_filtered_on_the_client() {
         r.shutdown().await;
     }
 }
+
+/// `shard_for::<K>(None)`: a type every replica needs whole is not sharded with the rest.
+#[tokio::test]
+async fn a_type_can_be_left_unsharded() {
+    use k8s_openapi::api::core::v1::Secret;
+    let server = FakeApiServer::start_with_core().await.unwrap();
+    server.set_sharding_supported(true);
+    for i in 0..10 {
+        server.create(&cm("ns", &format!("cm-{i}"))).unwrap();
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("s-{i}")),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        server.create(&secret).unwrap();
+    }
+    let factory = SharedInformerFactory::new(
+        server.client(),
+        FactoryConfig::default()
+            .cache_storage(test_storage())
+            .shard(ShardSelector::of(0, 2).unwrap())
+            .shard_for::<Secret>(None),
+    );
+    let secrets = factory.informer::<Secret>();
+    let cms = factory.informer::<ConfigMap>();
+    factory.start();
+    let sync = factory
+        .wait_for_cache_sync_timeout(Duration::from_secs(10))
+        .await;
+    assert!(!sync.timed_out, "{sync:?}");
+    assert_eq!(secrets.indexer().list_keys().len(), 10);
+    let n = cms.indexer().list_keys().len();
+    assert!(
+        n > 0 && n < 10,
+        "{n} of 10 config maps in one of two shards"
+    );
+    let selectors = |resource: &str| -> Vec<Option<String>> {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains(resource))
+            .map(|r| r.query.shard_selector.clone())
+            .collect()
+    };
+    assert!(selectors("/secrets").iter().all(Option::is_none));
+    assert!(selectors("/configmaps").iter().all(Option::is_some));
+    factory.shutdown().await;
+}
