@@ -162,6 +162,8 @@ impl<K> State<K> {
 pub struct InOrderFifo<K> {
     state: Mutex<State<K>>,
     wake: Notify,
+    /// Told when the queue falls below [`Self::full_at`] or closes ([`ReflectorStore::room`]).
+    room: Notify,
     synced: watch::Sender<bool>,
     /// The consumer's store, read only to reuse the cached object of an unchanged listed item
     /// (a memory optimisation; client-go's atomic FIFO has no known objects).
@@ -194,6 +196,30 @@ impl<K> InOrderFifo<K> {
     pub fn close(&self) {
         self.state.lock().closed = true;
         self.wake.notify_waiters();
+        self.room.notify_waiters();
+    }
+
+    /// The queue length at which the reflector waits before it reads another watch event: two
+    /// batches, as client-go's RealFIFO, whose Pop holds the queue's lock while it processes a
+    /// batch once that many are queued, so that the reflector's Add waits.
+    fn full_at(&self) -> usize {
+        self.batch_size.saturating_mul(2)
+    }
+
+    /// Waits until fewer than [`full_at`](Self::full_at) entries are queued (or the FIFO is
+    /// closed).
+    async fn wait_for_room(&self) {
+        loop {
+            let mut notified = pin!(self.room.notified());
+            notified.as_mut().enable();
+            {
+                let state = self.state.lock();
+                if state.closed || state.items.len() < self.full_at() {
+                    return;
+                }
+            }
+            notified.await;
+        }
     }
 }
 
@@ -209,6 +235,7 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
                 closed: false,
             }),
             wake: Notify::new(),
+            room: Notify::new(),
             synced: watch::channel(false).0,
             known,
             transform: None,
@@ -540,8 +567,12 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
                 let mut state = self.state.lock();
                 if !state.items.is_empty() {
                     let initial = !state.has_synced();
+                    let was_full = state.items.len() >= self.full_at();
                     let batch = self.take_batch(&mut state);
                     self.report_len(&state);
+                    if was_full && state.items.len() < self.full_at() {
+                        self.room.notify_waiters();
+                    }
                     break (batch, initial);
                 }
                 if state.closed {
@@ -692,6 +723,10 @@ impl<K: Resource + Send + Sync + 'static> ReflectorStore<K> for InOrderFifo<K> {
 
     fn add(&self, obj: K) -> Result<(), FifoError> {
         InOrderFifo::add(self, obj)
+    }
+
+    fn room(&self) -> impl std::future::Future<Output = ()> + Send {
+        self.wait_for_room()
     }
 
     fn update(&self, obj: K) -> Result<(), FifoError> {

@@ -201,9 +201,12 @@ pub struct HandlerOptions {
     /// no lock is held) until the handler has taken notifications out, so nothing is dropped and
     /// this handler's memory stays bounded. Meanwhile no handler of this informer receives
     /// anything new and no further change is applied: changes accumulate in the DeltaFIFO,
-    /// which merges them per object, while the reflector keeps reading the watch. client-go
-    /// has no such bound. The in-order FIFO releases its lock while a batch is processed, as
-    /// client-go v0.36+'s `UnlockWhileProcessingFIFO` does; the DeltaFIFO releases it only for
+    /// which merges them per object, while the reflector keeps reading the watch; the in-order
+    /// FIFO, which keeps every change, takes up to two batches and then holds the reflector
+    /// back until it has room (as client-go's RealFIFO does by keeping its lock through a
+    /// batch once two are queued). client-go has no handler bound. The in-order FIFO releases
+    /// its lock while a batch is processed, as client-go v0.36+'s `UnlockWhileProcessingFIFO`
+    /// does; the DeltaFIFO releases it only for
     /// this wait (client-go's DeltaFIFO, which v0.36 no longer runs, holds it while an item is
     /// processed). `has_synced` and the listers keep answering, also from the
     /// bounded handler itself. Use it for a handler that must not fall arbitrarily far behind

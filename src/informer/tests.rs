@@ -1892,3 +1892,49 @@ async fn concurrent_shutdowns_of_an_informer_that_never_ran_both_wait_for_its_ha
     );
     assert!(inf.is_stopped());
 }
+
+/// client-go's RealFIFO holds its lock while it processes a batch once two batches are queued,
+/// so the reflector's Add waits: a consumer held up by a full bounded handler holds the watch
+/// back instead of queueing every event (found by a review: 10,000 queued, without bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_order_a_stalled_bounded_handler_holds_the_watch_back() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("1", None, vec![cm("ns", "a", "1")])));
+    let tx = lw.watch_channel();
+    let inf = in_order(&lw);
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let updates = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = updates.clone();
+    inf.add_event_handler_with_options(
+        ResourceEventHandlerFuncs::new().on_update(
+            move |_: &Arc<ConfigMap>, _: &Arc<ConfigMap>| {
+                // Blocks until released (then the sender is gone and every call returns at once).
+                let _ = release_rx.lock().recv();
+                seen.fetch_add(1, Ordering::SeqCst);
+            },
+        ),
+        HandlerOptions::default().bounded_buffer(1),
+    )
+    .unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    let n = 10_000;
+    for i in 2..n + 2 {
+        tx.send(Ok(WatchEvent::Modified(cm("ns", "a", &i.to_string()))))
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let queued = inf.queued_items();
+    assert!(
+        queued <= 2 * crate::fifo::DEFAULT_BATCH_SIZE,
+        "{queued} queued behind a stalled handler"
+    );
+    drop(release_tx);
+    eventually("every update handled", || {
+        updates.load(Ordering::SeqCst) == n
+    })
+    .await;
+    assert_eq!(inf.last_store_sync_resource_version(), (n + 1).to_string());
+    inf.shutdown().await;
+}

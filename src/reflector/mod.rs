@@ -531,20 +531,25 @@ where
                 Ok(watching) => State::Watching(watching),
                 Err(e) => self.recover(Step::WatchStart { after_backoff }, &e),
             },
-            State::Watching(mut w) => match self.next_event(&mut w).await {
-                Ok(true) => State::Watching(w),
-                // Ended as the server promised (timeoutSeconds): go on from the last version.
-                Ok(false) => State::Watch {
-                    after_backoff: false,
-                },
-                Err(e) => self.recover(
-                    Step::Watch {
-                        delivered: w.events > 0,
-                        after_backoff: w.after_backoff,
+            State::Watching(mut w) => {
+                // A store whose consumer has fallen behind holds the watch back.
+                self.store.room().await;
+                match self.next_event(&mut w).await {
+                    Ok(true) => State::Watching(w),
+                    // Ended as the server promised (timeoutSeconds): go on from the last
+                    // version.
+                    Ok(false) => State::Watch {
+                        after_backoff: false,
                     },
-                    &e,
-                ),
-            },
+                    Err(e) => self.recover(
+                        Step::Watch {
+                            delivered: w.events > 0,
+                            after_backoff: w.after_backoff,
+                        },
+                        &e,
+                    ),
+                }
+            }
             State::BackOff(then) => {
                 self.back_off().await;
                 match then {

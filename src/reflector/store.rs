@@ -122,6 +122,15 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     /// or it could not be held): drop any cached version of it, as a deletion whose final state
     /// is unknown.
     fn forget(&self, key: &ObjectKey);
+
+    /// Waits until the store takes another watch event: the reflector awaits it before reading
+    /// each one, so a store whose consumer has fallen behind holds the watch back (and the
+    /// server's stream with it) rather than queueing without bound. The default is always
+    /// ready: the [`DeltaFifo`](crate::DeltaFifo) merges a key's changes, so it holds at most
+    /// one entry per object.
+    fn room(&self) -> impl std::future::Future<Output = ()> + Send {
+        std::future::ready(())
+    }
 }
 
 /// What a store that takes no bytes answers when handed an object's bytes: the object's key
