@@ -556,7 +556,24 @@ async fn a_watched_object_that_does_not_decode_tombstones(mode: FifoMode) {
     assert!(factory.wait_for_cache_sync().await.values().all(|s| *s));
     let mut bad = serde_json::to_value(cm(7)).unwrap();
     bad["data"] = serde_json::json!("not a map");
-    server.update_value(bad).unwrap();
+    let written = server.update_value(bad).unwrap();
+    if mode == FifoMode::InOrder {
+        // The store reaches the event's version, as for a decoded watch's undecodable event,
+        // before any later event arrives.
+        let rv = written["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while informer.last_store_sync_resource_version() != rv {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the store stayed at {:?}, not {rv:?}",
+                informer.last_store_sync_resource_version()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     // A later change of another object still arrives.
     server.create(&cm(N)).unwrap();
     wait_for(&seen, 2).await;

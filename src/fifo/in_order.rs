@@ -78,10 +78,10 @@ impl<K> InOrderDelta<K> {
 /// decoded as the entry is popped.
 enum Held<K> {
     Delta(InOrderDelta<K>),
-    /// A watch `ADDED` event's object, packed.
-    Added(Packed),
-    /// A watch `MODIFIED` event's object, packed.
-    Updated(Packed),
+    /// A watch `ADDED` event's object, packed, and its resourceVersion.
+    Added(Packed, Box<str>),
+    /// A watch `MODIFIED` event's object, packed, and its resourceVersion.
+    Updated(Packed, Box<str>),
     /// A list, each object ready ([`ListItem::Ready`]) or packed.
     List {
         items: Vec<ListItem<K>>,
@@ -94,7 +94,7 @@ impl<K> Held<K> {
     fn batchable(&self) -> bool {
         match self {
             Self::Delta(d) => d.batchable(),
-            Self::Added(_) | Self::Updated(_) => true,
+            Self::Added(..) | Self::Updated(..) => true,
             Self::List { .. } => false,
         }
     }
@@ -105,6 +105,13 @@ impl<K> Held<K> {
 /// ([`InOrderFifo::unpack_item`]).
 pub(crate) enum Popped<K> {
     Delta(InOrderDelta<K>),
+    /// A watched object that did not decode: [`InOrderDelta::Forgotten`], with the event's
+    /// resourceVersion, which the store still reaches (as a decoded watch's undecodable event
+    /// is bookmarked).
+    Forgotten {
+        key: ObjectKey,
+        resource_version: Box<str>,
+    },
     List {
         items: Vec<ListItem<K>>,
         resource_version: String,
@@ -409,7 +416,7 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
     fn enqueue_bytes(
         &self,
         object: &WatchedBytes,
-        packed: fn(Packed) -> Held<K>,
+        packed: fn(Packed, Box<str>) -> Held<K>,
         decoded: fn(Arc<K>) -> InOrderDelta<K>,
     ) -> Result<(), FifoError> {
         let key = object.meta().key()?;
@@ -420,7 +427,7 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
             object.meta(),
             object.bytes(),
         ) {
-            Ok(FromBytes::Packed(p)) => packed(p),
+            Ok(FromBytes::Packed(p)) => packed(p, object.meta().resource_version().into()),
             Ok(FromBytes::Decoded(obj)) => Held::Delta(decoded(obj)),
             Err(e) => {
                 if matches!(e, FifoError::Undecodable { .. }) {
@@ -533,6 +540,7 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
                 .into_iter()
                 .map(|entry| match entry {
                     Popped::Delta(delta) => delta,
+                    Popped::Forgotten { key, .. } => InOrderDelta::Forgotten(key),
                     Popped::List {
                         items,
                         resource_version,
@@ -604,12 +612,24 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
     fn unpacked(&self, held: Held<K>) -> Popped<K> {
         let delta = match held {
             Held::Delta(delta) => delta,
-            Held::Added(packed) => self
-                .unpack(packed)
-                .map_or_else(InOrderDelta::Forgotten, InOrderDelta::Added),
-            Held::Updated(packed) => self
-                .unpack(packed)
-                .map_or_else(InOrderDelta::Forgotten, InOrderDelta::Updated),
+            Held::Added(packed, resource_version) => match self.unpack(packed) {
+                Ok(obj) => InOrderDelta::Added(obj),
+                Err(key) => {
+                    return Popped::Forgotten {
+                        key,
+                        resource_version,
+                    };
+                }
+            },
+            Held::Updated(packed, resource_version) => match self.unpack(packed) {
+                Ok(obj) => InOrderDelta::Updated(obj),
+                Err(key) => {
+                    return Popped::Forgotten {
+                        key,
+                        resource_version,
+                    };
+                }
+            },
             Held::List {
                 items,
                 resource_version,

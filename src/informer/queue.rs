@@ -189,6 +189,14 @@ where
         for entry in batch {
             let delta = match entry {
                 Popped::Delta(delta) => delta,
+                Popped::Forgotten {
+                    key,
+                    resource_version,
+                } => {
+                    self.apply_run(std::mem::take(&mut run), is_in_initial_list, &mut deferred);
+                    self.forget(key, Some(&resource_version), &mut deferred);
+                    continue;
+                }
                 Popped::List {
                     items,
                     resource_version,
@@ -257,20 +265,7 @@ where
                 InOrderDelta::Bookmark { resource_version } => {
                     self.indexer.bookmark(&resource_version);
                 }
-                InOrderDelta::Forgotten(key) => {
-                    let removed = self
-                        .indexer
-                        .transaction(vec![StoreOp::Remove(key.clone())], None);
-                    if let Some(Some(obj)) = removed.into_iter().next() {
-                        self.processor.distribute(
-                            Event::Delete(DeltaObject::DeletedFinalStateUnknown(
-                                DeletedFinalStateUnknown { key, obj },
-                            )),
-                            false,
-                            &mut deferred,
-                        );
-                    }
-                }
+                InOrderDelta::Forgotten(key) => self.forget(key, None, &mut deferred),
             }
         }
         self.apply_run(run, is_in_initial_list, &mut deferred);
@@ -283,6 +278,25 @@ where
 
     /// Per-object deltas of a batch: one transaction, then the handlers, in order (client-go
     /// `processDeltasInBatch`: the store's version becomes that of the batch's last object).
+    /// [`InOrderDelta::Forgotten`]: the key's cached version goes, handed to the handlers as a
+    /// deletion whose final state is unknown; `resource_version` (a watched event's that did
+    /// not decode) is the store's version from then on, as after any watched event.
+    fn forget(&self, key: ObjectKey, resource_version: Option<&str>, deferred: &mut Deliveries<K>) {
+        let resource_version = resource_version.filter(|rv| !rv.is_empty());
+        let removed = self
+            .indexer
+            .transaction(vec![StoreOp::Remove(key.clone())], resource_version);
+        if let Some(Some(obj)) = removed.into_iter().next() {
+            self.processor.distribute(
+                Event::Delete(DeltaObject::DeletedFinalStateUnknown(
+                    DeletedFinalStateUnknown { key, obj },
+                )),
+                false,
+                deferred,
+            );
+        }
+    }
+
     fn apply_run(&self, run: Run<K>, is_in_initial_list: bool, deferred: &mut Deliveries<K>) {
         if run.ops.is_empty() {
             return;
