@@ -504,6 +504,51 @@ async fn create_with_a_resource_version_and_stale_updates_are_refused() {
     assert_eq!(s.current_resource_version(), 3);
 }
 
+/// Custom resources refuse an update without a resourceVersion (apiextensions' strategies do
+/// not `AllowUnconditionalUpdate`), as do their status updates; a patch that does not set one
+/// is applied to the stored object and stays unconditional. Built-in kinds allow it (above).
+#[tokio::test]
+async fn a_custom_resource_update_without_a_resource_version_is_invalid() {
+    let s = FakeApiServer::start().await.unwrap();
+    s.register::<Widget>();
+    let api: Api<Widget> = Api::namespaced(s.client(), "default");
+    api.create(&PostParams::default(), &widget("w", 1))
+        .await
+        .unwrap();
+    let e = api_err(
+        api.replace("w", &PostParams::default(), &widget("w", 2))
+            .await,
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");
+    assert_eq!(
+        e.message,
+        "Widget.example.com \"w\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    );
+    let mut status = widget("w", 1);
+    status.status = Some(WidgetStatus { ready: true });
+    let e = api_err(
+        api.replace_status("w", &PostParams::default(), &status)
+            .await,
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");
+    // Not found comes first, as in the generic registry.
+    let e = api_err(
+        api.replace("x", &PostParams::default(), &widget("x", 2))
+            .await,
+    );
+    assert_eq!(e.code, 404, "{e:?}");
+    // With the stored resourceVersion it is written; a merge patch needs none.
+    let mut current = api.get("w").await.unwrap();
+    current.spec.size = 3;
+    api.replace("w", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    api.patch("w", &pp(), &merge(json!({"spec": {"size": 4}})))
+        .await
+        .unwrap();
+    assert_eq!(api.get("w").await.unwrap().spec.size, 4);
+}
+
 #[tokio::test]
 async fn dry_run_writes_nothing() {
     let (s, api) = server().await;

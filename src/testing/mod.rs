@@ -100,7 +100,9 @@
 //!
 //! - **Optimistic concurrency**: an update or patch whose `metadata.resourceVersion` is not the
 //!   stored one gets `409 Conflict`; without one (a patch that does not set it) it is
-//!   unconditional. A create that sets a `resourceVersion` gets `500` ("resourceVersion should
+//!   unconditional, except an update (`PUT`) of a custom resource or its status, which gets
+//!   `422 Invalid` ("must be specified for an update"), as apiextensions' strategies do not
+//!   allow unconditional updates. A create that sets a `resourceVersion` gets `500` ("resourceVersion should
 //!   not be set on objects to be created", as etcd3's store answers); one of an existing name
 //!   `409 AlreadyExists`. `uid`, `creationTimestamp` and, once set, `deletionTimestamp` and
 //!   `deletionGracePeriodSeconds` are kept from the stored object; changing the `uid` or

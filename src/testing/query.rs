@@ -142,6 +142,9 @@ pub(crate) enum FieldErrorKind {
     Invalid(Value, String),
     /// `field.Forbidden`: why.
     Forbidden(String),
+    /// `field.Invalid` of a value that is not JSON, as Go prints it (`0x0` for a `uint64` 0),
+    /// and why.
+    InvalidGo(&'static str, String),
 }
 
 impl FieldError {
@@ -149,13 +152,14 @@ impl FieldError {
     fn body(&self) -> String {
         match &self.kind {
             FieldErrorKind::Invalid(v, detail) => format!("Invalid value: {v}: {detail}"),
+            FieldErrorKind::InvalidGo(v, detail) => format!("Invalid value: {v}: {detail}"),
             FieldErrorKind::Forbidden(detail) => format!("Forbidden: {detail}"),
         }
     }
 
     fn cause_type(&self) -> &'static str {
         match self.kind {
-            FieldErrorKind::Invalid(..) => "FieldValueInvalid",
+            FieldErrorKind::Invalid(..) | FieldErrorKind::InvalidGo(..) => "FieldValueInvalid",
             FieldErrorKind::Forbidden(_) => "FieldValueForbidden",
         }
     }

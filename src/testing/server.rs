@@ -430,7 +430,7 @@ fn dispatch(
             object_response(wire, &info, 201, &v)
         }
         (&Method::PUT, Some(name)) => {
-            let mode = WriteMode::api(part, write_dry_run(&request, "UpdateOptions")?);
+            let mode = WriteMode::api_update(part, write_dry_run(&request, "UpdateOptions")?);
             let obj = parse_json(&request.body)?;
             let mut store = shared.store.lock();
             // A tracked object's managed fields follow the update (`fields::record_update`).

@@ -46,6 +46,15 @@ impl ResourceInfo {
     }
 
     /// The qualified kind of `Invalid` messages: `ConfigMap`, `Deployment.apps`.
+    /// Whether an update without a `resourceVersion` is unconditional (the strategy's
+    /// `AllowUnconditionalUpdate`): true for the built-in kinds (their strategies allow it), false
+    /// for custom resources (apiextensions' `customResourceStrategy` and its status strategy).
+    pub fn allows_unconditional_update(&self) -> bool {
+        crate::protobuf::schema::BUILTIN
+            .root(&self.api_version(), &self.kind)
+            .is_some()
+    }
+
     pub fn qualified_kind(&self) -> String {
         if self.group.is_empty() {
             self.kind.clone()
@@ -81,6 +90,9 @@ pub(crate) struct WriteMode {
     pub part: Part,
     /// `dryRun=All`: validated and answered as if written, nothing stored or sent to watchers.
     pub dry_run: bool,
+    /// The body is the client's whole object (`PUT`), not a patch applied to the stored one:
+    /// without a `resourceVersion` it is unconditional only where the kind allows it.
+    pub whole_object: bool,
 }
 
 impl WriteMode {
@@ -89,6 +101,7 @@ impl WriteMode {
         writer: Writer::Direct,
         part: Part::Main,
         dry_run: false,
+        whole_object: false,
     };
 
     pub fn api(part: Part, dry_run: bool) -> Self {
@@ -96,6 +109,15 @@ impl WriteMode {
             writer: Writer::Api,
             part,
             dry_run,
+            whole_object: false,
+        }
+    }
+
+    /// A client's `PUT` of a whole object.
+    pub fn api_update(part: Part, dry_run: bool) -> Self {
+        Self {
+            whole_object: true,
+            ..Self::api(part, dry_run)
         }
     }
 }
@@ -424,6 +446,22 @@ impl Store {
             return Err(self.not_found(res, &name));
         };
         let sent_rv = rv_of(&obj);
+        if sent_rv.is_empty() && mode.whole_object && !self.info(res).allows_unconditional_update()
+        {
+            // The generic registry's `Update` (`newResourceVersion == 0 &&
+            // !AllowUnconditionalUpdate`), after the object was found.
+            return Err(ApiError::invalid(
+                &self.info(res).qualified_kind(),
+                &name,
+                &[FieldError {
+                    field: "metadata.resourceVersion",
+                    kind: FieldErrorKind::InvalidGo(
+                        "0x0",
+                        "must be specified for an update".into(),
+                    ),
+                }],
+            ));
+        }
         if !sent_rv.is_empty() && sent_rv != rv_of(&old) {
             // Optimistic concurrency; an update without a resourceVersion is unconditional
             // (`AllowUnconditionalUpdate`).
