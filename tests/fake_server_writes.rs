@@ -549,6 +549,41 @@ async fn a_custom_resource_update_without_a_resource_version_is_invalid() {
     assert_eq!(api.get("w").await.unwrap().spec.size, 4);
 }
 
+/// Names: a lowercase RFC 1123 subdomain (most kinds' `NameIsDNSSubdomain`), and a
+/// `generateName` prefix cut to 58 characters, as `names.SimpleNameGenerator` does.
+#[tokio::test]
+async fn names_are_dns_subdomains_and_generated_names_fit_63_characters() {
+    let (_s, api) = server().await;
+    for bad in ["Foo", "a_b", "-a", "a-", "a..b", &"a".repeat(254)] {
+        let e = api_err(api.create(&PostParams::default(), &cm(bad)).await);
+        assert_eq!(
+            (e.code, e.reason.as_str()),
+            (422, "Invalid"),
+            "{bad}: {e:?}"
+        );
+        assert!(
+            e.message.starts_with(&format!(
+                "ConfigMap \"{bad}\" is invalid: metadata.name: Invalid value: \"{bad}\": "
+            )),
+            "{}",
+            e.message
+        );
+    }
+    for good in ["a", "a-b.c-d", "0.1", &"a".repeat(253)] {
+        api.create(&PostParams::default(), &cm(good)).await.unwrap();
+    }
+    let mut generated = cm("");
+    generated.metadata.name = None;
+    generated.metadata.generate_name = Some("g".repeat(70));
+    let made = api
+        .create(&PostParams::default(), &generated)
+        .await
+        .unwrap();
+    let name = made.metadata.name.unwrap();
+    assert_eq!(name.len(), 63, "{name}");
+    assert!(name.starts_with(&"g".repeat(58)), "{name}");
+}
+
 #[tokio::test]
 async fn dry_run_writes_nothing() {
     let (s, api) = server().await;

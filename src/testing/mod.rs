@@ -107,6 +107,9 @@
 //!   `409 AlreadyExists`. `uid`, `creationTimestamp` and, once set, `deletionTimestamp` and
 //!   `deletionGracePeriodSeconds` are kept from the stored object; changing the `uid` or
 //!   setting a `deletionTimestamp` by update is `422 Invalid`.
+//! - **Names**: a client's create needs a lowercase RFC 1123 subdomain (`422 Invalid`
+//!   otherwise), as most kinds' `NameIsDNSSubdomain`; RBAC's names take any path segment. A
+//!   `generateName` prefix is cut to 58 characters before its 5-character suffix.
 //! - **No-op writes**: an update or patch that leaves the object as stored is not written (no
 //!   new resourceVersion, no watch event), as etcd3's `GuaranteedUpdate`.
 //! - **PATCH**: `application/merge-patch+json` and `application/json-patch+json` (every

@@ -366,7 +366,15 @@ impl Store {
         let name = match obj["metadata"]["name"].as_str().filter(|n| !n.is_empty()) {
             Some(n) => n.to_string(),
             None => match obj["metadata"]["generateName"].as_str() {
-                Some(prefix) => format!("{prefix}{}", random_suffix()),
+                // `names.SimpleNameGenerator`: the prefix cut to leave room for the suffix within
+                // 63 characters (`maxGeneratedNameLength`).
+                Some(prefix) => {
+                    let cut = prefix
+                        .char_indices()
+                        .nth(MAX_GENERATED_NAME_PREFIX)
+                        .map_or(prefix.len(), |(at, _)| at);
+                    format!("{}{}", &prefix[..cut], random_suffix())
+                }
                 None => {
                     return Err(ApiError::new(
                         422,
@@ -377,6 +385,20 @@ impl Store {
             },
         };
         validate_name(&name)?;
+        let info = self.info(res);
+        if mode.writer == Writer::Api
+            && info.group != "rbac.authorization.k8s.io"
+            && let Some(why) = not_a_dns_subdomain(&name)
+        {
+            return Err(ApiError::invalid(
+                &info.qualified_kind(),
+                &name,
+                &[FieldError {
+                    field: "metadata.name",
+                    kind: FieldErrorKind::Invalid(Value::String(name.clone()), why),
+                }],
+            ));
+        }
         let key = key_for(ns.as_deref(), &name);
         if self.resources[res].objects.contains_key(&key) {
             let info = self.info(res);
@@ -906,6 +928,33 @@ fn validate_name(name: &str) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+/// `names.SimpleNameGenerator`'s `maxGeneratedNameLength` (63 - 5): a `generateName` prefix is
+/// cut to this.
+const MAX_GENERATED_NAME_PREFIX: usize = 58;
+
+/// Why `name` is not a lowercase RFC 1123 subdomain (apimachinery `IsDNS1123Subdomain`), which
+/// the names of most kinds must be (`NameIsDNSSubdomain`; RBAC's take any path segment).
+fn not_a_dns_subdomain(name: &str) -> Option<String> {
+    if name.len() > 253 {
+        return Some("must be no more than 253 characters".into());
+    }
+    let label_ok = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty()
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    };
+    (!name.split('.').all(label_ok)).then(|| {
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' \
+         or '.', and must start and end with an alphanumeric character (e.g. 'example.com', \
+         regex used for validation is \
+         '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            .to_owned()
+    })
 }
 
 /// The alphabet apiserver's `names.SimpleNameGenerator` draws from.
