@@ -975,7 +975,8 @@ where
                     };
                     let Ok(deliveries) = popped else { break };
                     // No FIFO lock is held: a full bounded handler makes this wait as a future,
-                    // while the reflector (polled in the same task) keeps reading the watch.
+                    // while the reflector (polled in the same task) keeps reading the watch (the
+                    // in-order FIFO holds it back once two batches are queued).
                     for r in held.hold(deliveries) {
                         r.deliver().await;
                     }

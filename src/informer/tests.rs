@@ -1938,3 +1938,28 @@ async fn in_order_a_stalled_bounded_handler_holds_the_watch_back() {
     assert_eq!(inf.last_store_sync_resource_version(), (n + 1).to_string());
     inf.shutdown().await;
 }
+
+/// In order, an event the store cannot hold (its transform panicked) still moves the store's
+/// version to the event's, as an undecodable event does.
+#[tokio::test]
+async fn in_order_an_event_the_transform_refuses_still_moves_the_store_version() {
+    let lw = MockLw::new();
+    lw.list(Ok(page("5", None, vec![cm("ns", "a", "5")])));
+    let tx = lw.watch_channel();
+    let inf = in_order(&lw);
+    inf.set_transform(Arc::new(|o: ConfigMap| {
+        assert_ne!(o.metadata.name.as_deref(), Some("boom"), "transform bug");
+        o
+    }))
+    .unwrap();
+    inf.start();
+    assert!(inf.wait_for_cache_sync().await);
+    tx.send(Ok(WatchEvent::Modified(cm("ns", "boom", "6"))))
+        .unwrap();
+    eventually("the store at 6", || {
+        inf.last_store_sync_resource_version() == "6"
+    })
+    .await;
+    assert_eq!(inf.indexer().list_keys().len(), 1);
+    inf.shutdown().await;
+}

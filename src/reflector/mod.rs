@@ -153,7 +153,7 @@ pub struct ReflectorConfig {
     /// also checked on the client, as client-go's `NewShardedListWatch` does: a server that
     /// ignores the selector (kube-apiserver without the `ShardedListAndWatch` gate: its list
     /// response has no `metadata.shardInfo`) sends the whole collection, of which only the
-    /// shard is cached (logged at info level for each such list), and a watch event outside
+    /// shard is cached (logged at info level for each such list page), and a watch event outside
     /// the shard (such a server, or one member of an HA control plane without the gate) is
     /// dropped, logged at debug level. A list response that echoes another selector fails with
     /// [`ShardError::Mismatch`](crate::sharding::ShardError::Mismatch), and an object outside
@@ -798,6 +798,7 @@ where
     ) -> Result<ListSummary, ListWatchError> {
         let store = &self.store;
         let shard = self.config.shard.as_ref();
+        let before = items.len();
         if self.store_takes_bytes() {
             let mut sink = |meta: decode::ListedMeta, bytes: decode::ItemBytes<'_>| match store
                 .list_item_bytes(meta, bytes)
@@ -833,7 +834,7 @@ where
             tracing::info!(
                 reflector = %self.name,
                 shard = %shard,
-                listed = outside.len() + items.len(),
+                kept = items.len() - before,
                 outside = outside.len(),
                 "the server does not shard (no metadata.shardInfo: kube-apiserver without the \
                  ShardedListAndWatch gate); the shard is taken on the client"
@@ -1107,8 +1108,12 @@ where
         w.events += 1;
         if let Err(e) = res {
             // An object the cache cannot hold (no name, a transform that panicked): report it;
-            // the version still advances, since re-fetching would only return the same object.
+            // the version still advances, since re-fetching would only return the same object,
+            // for the store too (an in-order store's version), as for an undecodable event.
             self.report(&Error::Store(e));
+            self.set_last_rv(rv);
+            self.store.bookmark(rv);
+            return;
         }
         self.set_last_rv(rv);
     }
