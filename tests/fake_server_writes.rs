@@ -584,6 +584,49 @@ async fn names_are_dns_subdomains_and_generated_names_fit_63_characters() {
     assert!(name.starts_with(&"g".repeat(58)), "{name}");
 }
 
+/// A Namespace's name is an RFC 1123 label, a Service's an RFC 1035 label; a Lease refuses an
+/// update without a resourceVersion as custom resources do (its strategy does not allow it).
+#[tokio::test]
+async fn namespace_and_service_names_are_labels_and_a_lease_update_needs_a_version() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Namespace, Service};
+    let s = FakeApiServer::start_with_core().await.unwrap();
+    s.register::<Service>();
+    s.register::<Lease>();
+    let named = |name: &str| kube::api::ObjectMeta {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    let namespaces: Api<Namespace> = Api::all(s.client());
+    let ns = Namespace {
+        metadata: named("a.b"),
+        ..Default::default()
+    };
+    let e = api_err(namespaces.create(&PostParams::default(), &ns).await);
+    assert_eq!(e.code, 422, "{e:?}");
+    assert!(e.message.contains("RFC 1123 label"), "{}", e.message);
+    let services: Api<Service> = Api::namespaced(s.client(), "default");
+    let svc = |name: &str| Service {
+        metadata: named(name),
+        ..Default::default()
+    };
+    let e = api_err(services.create(&PostParams::default(), &svc("1abc")).await);
+    assert_eq!(e.code, 422, "{e:?}");
+    assert!(e.message.contains("DNS-1035 label"), "{}", e.message);
+    services
+        .create(&PostParams::default(), &svc("abc-1"))
+        .await
+        .unwrap();
+    let leases: Api<Lease> = Api::namespaced(s.client(), "default");
+    let lease = Lease {
+        metadata: named("l"),
+        ..Default::default()
+    };
+    leases.create(&PostParams::default(), &lease).await.unwrap();
+    let e = api_err(leases.replace("l", &PostParams::default(), &lease).await);
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");
+}
+
 #[tokio::test]
 async fn dry_run_writes_nothing() {
     let (s, api) = server().await;

@@ -284,8 +284,10 @@ async fn a_type_can_be_left_unsharded() {
     use k8s_openapi::api::core::v1::Secret;
     let server = FakeApiServer::start_with_core().await.unwrap();
     server.set_sharding_supported(true);
-    for i in 0..10 {
+    for i in 0..40 {
         server.create(&cm("ns", &format!("cm-{i}"))).unwrap();
+    }
+    for i in 0..10 {
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(format!("s-{i}")),
@@ -313,9 +315,11 @@ async fn a_type_can_be_left_unsharded() {
     assert_eq!(secrets.indexer().list_keys().len(), 10);
     let n = cms.indexer().list_keys().len();
     assert!(
-        n > 0 && n < 10,
-        "{n} of 10 config maps in one of two shards"
+        n > 0 && n < 40,
+        "{n} of 40 config maps in one of two shards"
     );
+    let shard = ShardSelector::of(0, 2).unwrap();
+    assert!(cms.indexer().list().iter().all(|c| shard.matches(&**c)));
     let selectors = |resource: &str| -> Vec<Option<String>> {
         server
             .requests()

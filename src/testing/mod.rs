@@ -100,15 +100,16 @@
 //!
 //! - **Optimistic concurrency**: an update or patch whose `metadata.resourceVersion` is not the
 //!   stored one gets `409 Conflict`; without one (a patch that does not set it) it is
-//!   unconditional, except an update (`PUT`) of a custom resource or its status, which gets
-//!   `422 Invalid` ("must be specified for an update"), as apiextensions' strategies do not
-//!   allow unconditional updates. A create that sets a `resourceVersion` gets `500` ("resourceVersion should
+//!   unconditional, except an update (`PUT`) of a custom resource or its status, or of a
+//!   `Lease`, `CustomResourceDefinition` or `APIService`, which gets `422 Invalid` ("must be
+//!   specified for an update"), as their strategies do not allow unconditional updates. A create that sets a `resourceVersion` gets `500` ("resourceVersion should
 //!   not be set on objects to be created", as etcd3's store answers); one of an existing name
 //!   `409 AlreadyExists`. `uid`, `creationTimestamp` and, once set, `deletionTimestamp` and
 //!   `deletionGracePeriodSeconds` are kept from the stored object; changing the `uid` or
 //!   setting a `deletionTimestamp` by update is `422 Invalid`.
 //! - **Names**: a client's create needs a lowercase RFC 1123 subdomain (`422 Invalid`
-//!   otherwise), as most kinds' `NameIsDNSSubdomain`; RBAC's names take any path segment. A
+//!   otherwise), as most kinds' `NameIsDNSSubdomain`; a Namespace's an RFC 1123 label, a
+//!   Service's an RFC 1035 label; RBAC's names take any path segment. A
 //!   `generateName` prefix is cut to 58 characters before its 5-character suffix.
 //! - **No-op writes**: an update or patch that leaves the object as stored is not written (no
 //!   new resourceVersion, no watch event), as etcd3's `GuaranteedUpdate`.

@@ -45,16 +45,23 @@ impl ResourceInfo {
         }
     }
 
-    /// The qualified kind of `Invalid` messages: `ConfigMap`, `Deployment.apps`.
     /// Whether an update without a `resourceVersion` is unconditional (the strategy's
-    /// `AllowUnconditionalUpdate`): true for the built-in kinds (their strategies allow it), false
-    /// for custom resources (apiextensions' `customResourceStrategy` and its status strategy).
+    /// `AllowUnconditionalUpdate`): true for most built-in kinds, false for custom resources
+    /// (apiextensions' `customResourceStrategy` and its status strategy) and for the built-in
+    /// kinds whose strategies refuse it too: `Lease`, `CustomResourceDefinition`, `APIService`.
     pub fn allows_unconditional_update(&self) -> bool {
-        crate::protobuf::schema::BUILTIN
-            .root(&self.api_version(), &self.kind)
-            .is_some()
+        const REFUSED: [(&str, &str); 3] = [
+            ("coordination.k8s.io", "Lease"),
+            ("apiextensions.k8s.io", "CustomResourceDefinition"),
+            ("apiregistration.k8s.io", "APIService"),
+        ];
+        !REFUSED.contains(&(self.group.as_str(), self.kind.as_str()))
+            && crate::protobuf::schema::BUILTIN
+                .root(&self.api_version(), &self.kind)
+                .is_some()
     }
 
+    /// The qualified kind of `Invalid` messages: `ConfigMap`, `Deployment.apps`.
     pub fn qualified_kind(&self) -> String {
         if self.group.is_empty() {
             self.kind.clone()
@@ -387,8 +394,7 @@ impl Store {
         validate_name(&name)?;
         let info = self.info(res);
         if mode.writer == Writer::Api
-            && info.group != "rbac.authorization.k8s.io"
-            && let Some(why) = not_a_dns_subdomain(&name)
+            && let Some(why) = invalid_name(info, &name)
         {
             return Err(ApiError::invalid(
                 &info.qualified_kind(),
@@ -934,21 +940,58 @@ fn validate_name(name: &str) -> Result<(), ApiError> {
 /// cut to this.
 const MAX_GENERATED_NAME_PREFIX: usize = 58;
 
-/// Why `name` is not a lowercase RFC 1123 subdomain (apimachinery `IsDNS1123Subdomain`), which
-/// the names of most kinds must be (`NameIsDNSSubdomain`; RBAC's take any path segment).
+/// Why `name` is not a valid name of `info`'s kind: a lowercase RFC 1123 subdomain for most
+/// kinds (apimachinery `NameIsDNSSubdomain`), an RFC 1123 label for a Namespace
+/// (`ValidateNamespaceName`), an RFC 1035 label for a Service (`ValidateServiceName`); RBAC's
+/// take any path segment (checked for every kind already).
+fn invalid_name(info: &ResourceInfo, name: &str) -> Option<String> {
+    match (info.group.as_str(), info.kind.as_str()) {
+        ("rbac.authorization.k8s.io", _) => None,
+        ("", "Namespace") => not_a_dns_label(name, false),
+        ("", "Service") => not_a_dns_label(name, true),
+        _ => not_a_dns_subdomain(name),
+    }
+}
+
+/// A lowercase label: alphanumerics and `-`, starting and ending with an alphanumeric.
+fn is_label(l: &str) -> bool {
+    let b = l.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// Why `name` is not an RFC 1123 label (apimachinery `IsDNS1123Label`), or with `rfc1035` an
+/// RFC 1035 label (`IsDNS1035Label`: it starts with a letter).
+fn not_a_dns_label(name: &str, rfc1035: bool) -> Option<String> {
+    if name.len() > 63 {
+        return Some("must be no more than 63 characters".into());
+    }
+    if rfc1035 {
+        (!(is_label(name) && name.as_bytes()[0].is_ascii_lowercase())).then(|| {
+            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start \
+             with an alphabetic character, and end with an alphanumeric character (e.g. \
+             'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+                .to_owned()
+        })
+    } else {
+        (!is_label(name)).then(|| {
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or \
+             '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or \
+             '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+                .to_owned()
+        })
+    }
+}
+
+/// Why `name` is not a lowercase RFC 1123 subdomain (apimachinery `IsDNS1123Subdomain`).
 fn not_a_dns_subdomain(name: &str) -> Option<String> {
     if name.len() > 253 {
         return Some("must be no more than 253 characters".into());
     }
-    let label_ok = |l: &str| {
-        let b = l.as_bytes();
-        !b.is_empty()
-            && b[0].is_ascii_alphanumeric()
-            && b[b.len() - 1].is_ascii_alphanumeric()
-            && b.iter()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-    };
-    (!name.split('.').all(label_ok)).then(|| {
+    (!name.split('.').all(is_label)).then(|| {
         "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' \
          or '.', and must start and end with an alphanumeric character (e.g. 'example.com', \
          regex used for validation is \
