@@ -163,9 +163,11 @@ impl<'de, K: DeserializeOwned> de::DeserializeSeed<'de> for EventSeed<'_, K> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 // The API server writes "type" before "object", so the object is decoded
-                // straight into its final type; the other order costs one buffered copy.
+                // straight into its final type; the other order costs one buffered copy, kept
+                // as its bytes (a `Value` would merge duplicate keys, where the object decoded
+                // in place, or from the bytes a compact cache keeps, meets each one).
                 let mut ty: Option<EventType> = None;
-                let mut early: Option<serde_json::Value> = None;
+                let mut early: Option<Box<serde_json::value::RawValue>> = None;
                 let mut event = None;
                 while let Some(key) = map.next_key::<EventField>()? {
                     match key {
@@ -194,7 +196,8 @@ impl<'de, K: DeserializeOwned> de::DeserializeSeed<'de> for EventSeed<'_, K> {
                 match (event, ty, early) {
                     (Some(event), None, None) => Ok(event),
                     (None, Some(t), Some(obj)) => {
-                        WatchEvent::from_parts(t, obj, self.0).map_err(de::Error::custom)
+                        let mut de = serde_json::Deserializer::from_str(obj.get());
+                        WatchEvent::from_parts(t, &mut de, self.0).map_err(de::Error::custom)
                     }
                     (None, None, _) => Err(de::Error::missing_field("type")),
                     _ => Err(de::Error::missing_field("object")),
