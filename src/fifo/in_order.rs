@@ -610,26 +610,10 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
     /// its bytes passed to the cache), or [`InOrderDelta::Forgotten`] if it does not decode (its
     /// cached version goes, as for an undecodable object of a decoded watch); a list as it is.
     fn unpacked(&self, held: Held<K>) -> Popped<K> {
-        let delta = match held {
-            Held::Delta(delta) => delta,
-            Held::Added(packed, resource_version) => match self.unpack(packed) {
-                Ok(obj) => InOrderDelta::Added(obj),
-                Err(key) => {
-                    return Popped::Forgotten {
-                        key,
-                        resource_version,
-                    };
-                }
-            },
-            Held::Updated(packed, resource_version) => match self.unpack(packed) {
-                Ok(obj) => InOrderDelta::Updated(obj),
-                Err(key) => {
-                    return Popped::Forgotten {
-                        key,
-                        resource_version,
-                    };
-                }
-            },
+        let (packed, resource_version, updated) = match held {
+            Held::Delta(delta) => return Popped::Delta(delta),
+            Held::Added(packed, rv) => (packed, rv, false),
+            Held::Updated(packed, rv) => (packed, rv, true),
             Held::List {
                 items,
                 resource_version,
@@ -640,7 +624,14 @@ impl<K: Resource + Send + Sync + 'static> InOrderFifo<K> {
                 };
             }
         };
-        Popped::Delta(delta)
+        match self.unpack(packed) {
+            Ok(obj) if updated => Popped::Delta(InOrderDelta::Updated(obj)),
+            Ok(obj) => Popped::Delta(InOrderDelta::Added(obj)),
+            Err(key) => Popped::Forgotten {
+                key,
+                resource_version,
+            },
+        }
     }
 
     /// A listed object as its list's replace takes it: decoded if packed (and its bytes passed
