@@ -33,6 +33,14 @@ async fn server() -> (FakeApiServer, Api<ConfigMap>) {
     (s, api)
 }
 
+/// The names of a list's items, in order.
+fn names(list: &kube::core::ObjectList<ConfigMap>) -> Vec<String> {
+    list.items
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect()
+}
+
 /// The code, reason and message of an API error response.
 struct ApiErr {
     code: u16,
@@ -141,12 +149,7 @@ async fn list_pages_with_limit_and_continue_from_one_snapshot() {
         .list(&ListParams::default().limit(10).continue_token(&token))
         .await
         .unwrap();
-    let names: Vec<_> = second
-        .items
-        .iter()
-        .map(|c| c.metadata.name.clone().unwrap())
-        .collect();
-    assert_eq!(names, ["c2", "c3", "c4"]);
+    assert_eq!(names(&second), ["c2", "c3", "c4"]);
     assert_eq!(second.metadata.resource_version.as_deref(), Some("5"));
     assert!(second.metadata.continue_.is_none());
     // Once compacted past, the token has expired.
@@ -158,6 +161,23 @@ async fn list_pages_with_limit_and_continue_from_one_snapshot() {
     );
     assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
     assert!(e.message.contains("continue"), "{}", e.message);
+    // Its `Status` carries a token for the rest of the list from the latest state, as
+    // kube-apiserver's does: an inconsistent list that shows the write made between pages.
+    let uri = format!("/api/v1/namespaces/default/configmaps?limit=2&continue={token}");
+    let request = http::Request::get(uri)
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let response = s.client().send(request).await.unwrap();
+    assert_eq!(response.status().as_u16(), 410);
+    let status: serde_json::Value =
+        serde_json::from_slice(&response.into_body().collect_bytes().await.unwrap()).unwrap();
+    let latest = status["metadata"]["continue"].as_str().unwrap().to_string();
+    let rest = api
+        .list(&ListParams::default().limit(10).continue_token(&latest))
+        .await
+        .unwrap();
+    assert_eq!(names(&rest), ["c2", "c3", "c4", "c9"]);
+    assert_eq!(rest.metadata.resource_version.as_deref(), Some("6"));
 }
 
 #[tokio::test]

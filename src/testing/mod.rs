@@ -757,7 +757,8 @@ impl FakeApiServer {
 
     /// Drops the history up to and including `rv` (capped at the current RV), like an etcd
     /// compaction: lists at, and watches from, an RV below `rv` then get `410 Expired`
-    /// ("too old resource version"), and so do continue tokens from before it.
+    /// ("too old resource version"), and so do continue tokens from before it; that `410`'s
+    /// `metadata.continue` lists the rest from the latest state, as kube-apiserver's does.
     pub fn compact(&self, rv: u64) {
         self.shared.store.lock().compact(rv);
     }

@@ -116,6 +116,9 @@ pub(crate) struct ApiError {
     pub message: String,
     /// `details.causes`.
     pub causes: Vec<Cause>,
+    /// `metadata.continue`: the token an expired continue's `410` offers for an inconsistent
+    /// rest of the list (apiserver etcd3 store, `handleCompactedErrorForPaging`).
+    pub continue_token: Option<String>,
 }
 
 /// One `details.causes` entry of a `Status`.
@@ -172,6 +175,7 @@ impl ApiError {
             reason,
             message: message.into(),
             causes: Vec::new(),
+            continue_token: None,
         }
     }
 
@@ -315,10 +319,14 @@ impl ApiError {
         if self.code == 504 || self.code == 429 {
             details["retryAfterSeconds"] = json!(1);
         }
+        let metadata = match &self.continue_token {
+            Some(token) => json!({ "continue": token }),
+            None => json!({}),
+        };
         json!({
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": metadata,
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
@@ -485,11 +493,22 @@ impl Filter {
     }
 }
 
-/// The state a continue token carries: the snapshot RV of the first page and the last key
-/// served. Like the apiserver's (`storage/continue.go`), it is opaque to clients; here it is
-/// hex-encoded `rv/key`.
-pub(crate) fn encode_continue(rv: u64, last_key: &str) -> String {
-    let raw = format!("{rv}/{last_key}");
+/// Where a continue token reads: the snapshot of its first page, or (a token from an expired
+/// continue's `410`) the latest state, an inconsistent rest of the list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ContinueAt {
+    Snapshot(u64),
+    Latest,
+}
+
+/// The state a continue token carries: where it reads and the last key served. Like the
+/// apiserver's (`storage/continue.go`, whose version is `-1` for "latest"), it is opaque to
+/// clients; here it is hex-encoded `rv/key`.
+pub(crate) fn encode_continue(at: ContinueAt, last_key: &str) -> String {
+    let raw = match at {
+        ContinueAt::Snapshot(rv) => format!("{rv}/{last_key}"),
+        ContinueAt::Latest => format!("-1/{last_key}"),
+    };
     let mut out = String::with_capacity(raw.len() * 2);
     for b in raw.bytes() {
         let _ = write!(out, "{b:02x}");
@@ -497,7 +516,7 @@ pub(crate) fn encode_continue(rv: u64, last_key: &str) -> String {
     out
 }
 
-pub(crate) fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
+pub(crate) fn decode_continue(token: &str) -> Result<(ContinueAt, String), ApiError> {
     let bad = || ApiError::bad_request(format!("continue key is not valid: {token:?}"));
     if !token.len().is_multiple_of(2) || !token.is_ascii() {
         return Err(bad());
@@ -508,7 +527,14 @@ pub(crate) fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
         .collect();
     let raw = String::from_utf8(bytes.ok_or_else(bad)?).map_err(|_| bad())?;
     let (rv, key) = raw.split_once('/').ok_or_else(bad)?;
-    Ok((rv.parse().map_err(|_| bad())?, key.to_string()))
+    // As the apiserver: a positive version is a snapshot, a negative one the latest state, and
+    // 0 is invalid.
+    let at = match rv.parse::<i64>().map_err(|_| bad())? {
+        n if n < 0 => ContinueAt::Latest,
+        0 => return Err(bad()),
+        n => ContinueAt::Snapshot(n.unsigned_abs()),
+    };
+    Ok((at, key.to_string()))
 }
 
 #[cfg(test)]
@@ -537,9 +563,18 @@ mod tests {
 
     #[test]
     fn continue_token_round_trips_and_rejects_garbage() {
-        let t = encode_continue(42, "ns/name");
-        assert_eq!(decode_continue(&t).unwrap(), (42, "ns/name".to_string()));
-        for bad in ["", "zz", "abc", "é", "6161"] {
+        let t = encode_continue(ContinueAt::Snapshot(42), "ns/name");
+        assert_eq!(
+            decode_continue(&t).unwrap(),
+            (ContinueAt::Snapshot(42), "ns/name".to_string())
+        );
+        let t = encode_continue(ContinueAt::Latest, "ns/name");
+        assert_eq!(
+            decode_continue(&t).unwrap(),
+            (ContinueAt::Latest, "ns/name".to_string())
+        );
+        // "0/a": the apiserver refuses a token at version 0.
+        for bad in ["", "zz", "abc", "é", "6161", "302f61"] {
             assert_eq!(decode_continue(bad).unwrap_err().code, 400, "{bad:?}");
         }
     }

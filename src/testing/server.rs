@@ -18,7 +18,8 @@ use super::faults::Verb;
 use super::fields;
 use super::patch::{self, PatchType};
 use super::query::{
-    ApiError, Filter, QueryParams, decode_continue, encode_continue, flag, reason_for, url_decode,
+    ApiError, ContinueAt, Filter, QueryParams, decode_continue, encode_continue, flag, reason_for,
+    url_decode,
 };
 use super::store::{
     DeleteOptions, EventKind, Part, ResourceInfo, StoredEvent, WatchMsg, WatchStart, WriteMode,
@@ -631,13 +632,19 @@ fn list(
                 "specifying resource version is not allowed when using continue",
             ));
         }
-        let (at, key) = decode_continue(token)?;
-        if at < store.oldest_rv() {
-            return Err(ApiError::expired(
-                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-            ));
+        match decode_continue(token)? {
+            (ContinueAt::Snapshot(at), key) if at < store.oldest_rv() => {
+                let mut e = ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                );
+                // The rest of the list from the latest state, for a client that accepts an
+                // inconsistent list (`storage.EncodeContinue(key, prefix, -1)`).
+                e.continue_token = Some(encode_continue(ContinueAt::Latest, &key));
+                return Err(e);
+            }
+            (ContinueAt::Snapshot(at), key) => (Some(at), Some(key)),
+            (ContinueAt::Latest, key) => (None, Some(key)),
         }
-        (Some(at), Some(key))
     } else if rv.is_empty() || rv == "0" {
         (None, None)
     } else {
@@ -666,7 +673,7 @@ fn list(
     };
     let mut meta = json!({ "resourceVersion": snapshot_rv.to_string() });
     if let Some((last, _)) = matching.last().filter(|_| !rest.is_empty()) {
-        meta["continue"] = json!(encode_continue(snapshot_rv, last));
+        meta["continue"] = json!(encode_continue(ContinueAt::Snapshot(snapshot_rv), last));
         // Like the apiserver, the count is only known without selectors.
         if q.label_selector.as_deref().unwrap_or("").is_empty()
             && q.field_selector.as_deref().unwrap_or("").is_empty()
