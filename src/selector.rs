@@ -4,12 +4,14 @@
 //! users type (`app=web,tier in (fe,be),!canary`). This module fills that gap, following the
 //! grammar of apimachinery's `pkg/labels/selector.go` (`Parse`): comma-joined requirements, each
 //! `key`, `!key`, `key=value`, `key==value`, `key!=value`, `key in (v1,v2)` or
-//! `key notin (v1,v2)`. The numeric operators `gt`/`lt` (`key>1`) are rejected because
-//! [`kube::core::Expression`] cannot represent them.
+//! `key notin (v1,v2)`. The numeric operators `gt`/`lt` (`key>1`) are rejected by
+//! [`parse_label_selector`] because [`kube::core::Expression`] cannot represent them; the fake
+//! API server, which must accept what kube-apiserver accepts, reads them through
+//! [`LabelRequirements`].
 
 use std::collections::BTreeSet;
 
-use kube::core::{Expression, Selector};
+use kube::core::{Expression, Selector, SelectorExt};
 
 /// Why a label-selector string could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -145,7 +147,7 @@ impl Parser {
         t
     }
 
-    fn requirement(&mut self) -> Result<Expression, String> {
+    fn requirement(&mut self) -> Result<Requirement, String> {
         let negated = if self.peek() == Some(&Token::Bang) {
             self.next();
             true
@@ -159,26 +161,37 @@ impl Parser {
         validate_key(&key)?;
         if negated {
             return match self.peek() {
-                None | Some(Token::Comma) => Ok(Expression::DoesNotExist(key)),
+                None | Some(Token::Comma) => Ok(Expression::DoesNotExist(key).into()),
                 Some(t) => Err(format!("unexpected {t:?} after !{key}")),
             };
         }
-        match self.next() {
-            None => Ok(Expression::Exists(key)),
+        let expression = match self.next() {
+            None => Expression::Exists(key),
             Some(Token::Comma) => {
                 // Put the comma back: the caller consumes separators.
                 self.pos -= 1;
-                Ok(Expression::Exists(key))
+                Expression::Exists(key)
             }
-            Some(Token::Eq | Token::DoubleEq) => Ok(Expression::Equal(key, self.value()?)),
-            Some(Token::NotEq) => Ok(Expression::NotEqual(key, self.value()?)),
-            Some(Token::Ident(op)) if op == "in" => Ok(Expression::In(key, self.set()?)),
-            Some(Token::Ident(op)) if op == "notin" => Ok(Expression::NotIn(key, self.set()?)),
-            Some(Token::Gt | Token::Lt) => Err(format!(
-                "numeric comparison on {key:?} is not supported by kube::core::Expression"
-            )),
-            Some(t) => Err(format!("unexpected {t:?} after key {key:?}")),
-        }
+            Some(Token::Eq | Token::DoubleEq) => Expression::Equal(key, self.value()?),
+            Some(Token::NotEq) => Expression::NotEqual(key, self.value()?),
+            Some(Token::Ident(op)) if op == "in" => Expression::In(key, self.set()?),
+            Some(Token::Ident(op)) if op == "notin" => Expression::NotIn(key, self.set()?),
+            Some(op @ (Token::Gt | Token::Lt)) => {
+                // apimachinery `NewRequirement`: one value, a valid label value that parses as
+                // an int64.
+                let value = self.value()?;
+                let n = value.parse::<i64>().map_err(|_| {
+                    format!("for 'Gt', 'Lt' operators, the value must be an integer: {value:?}")
+                })?;
+                return Ok(Requirement::Numeric {
+                    key,
+                    greater: op == Token::Gt,
+                    than: n,
+                });
+            }
+            Some(t) => return Err(format!("unexpected {t:?} after key {key:?}")),
+        };
+        Ok(expression.into())
     }
 
     /// A single value; an empty value (`a=`) is allowed, as in apimachinery.
@@ -260,25 +273,91 @@ impl Parser {
 /// (`>`/`<`), which [`Expression`] cannot represent. As in apimachinery, `()` is the set of the
 /// empty value, not an empty set.
 pub fn parse_label_selector(input: &str) -> Result<Selector, SelectorParseError> {
+    let mut exprs = Vec::new();
+    for requirement in parse_requirements(input)? {
+        match requirement {
+            Requirement::Expression(e) => exprs.push(e),
+            Requirement::Numeric { key, .. } => {
+                return Err(SelectorParseError {
+                    selector: input.to_string(),
+                    reason: format!(
+                        "numeric comparison on {key:?} is not supported by kube::core::Expression"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(exprs.into_iter().collect())
+}
+
+fn parse_requirements(input: &str) -> Result<Vec<Requirement>, SelectorParseError> {
     let fail = |reason: String| SelectorParseError {
         selector: input.to_string(),
         reason,
     };
     let tokens = lex(input);
     let mut parser = Parser { tokens, pos: 0 };
-    let mut exprs = Vec::new();
+    let mut requirements = Vec::new();
     if parser.peek().is_none() {
-        return Ok(Selector::default());
+        return Ok(requirements);
     }
     loop {
-        exprs.push(parser.requirement().map_err(fail)?);
+        requirements.push(parser.requirement().map_err(fail)?);
         match parser.next() {
             None => break,
             Some(Token::Comma) if parser.peek().is_some() => continue,
             Some(t) => return Err(fail(format!("unexpected {t:?} after requirement"))),
         }
     }
-    Ok(exprs.into_iter().collect())
+    Ok(requirements)
+}
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Requirement {
+    Expression(Expression),
+    /// `key>than` (`greater`) or `key<than`.
+    Numeric {
+        key: String,
+        greater: bool,
+        than: i64,
+    },
+}
+
+impl From<Expression> for Requirement {
+    fn from(e: Expression) -> Self {
+        Self::Expression(e)
+    }
+}
+
+/// A label selector with every operator apimachinery's `labels.Parse` reads, the numeric `>`
+/// and `<` included: what the fake API server filters by.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LabelRequirements(Vec<Requirement>);
+
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+impl LabelRequirements {
+    /// Parses a selector string as [`parse_label_selector`] does, and `key>n`, `key<n` too.
+    pub(crate) fn parse(input: &str) -> Result<Self, SelectorParseError> {
+        parse_requirements(input).map(Self)
+    }
+
+    pub(crate) fn selects_all(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// As apimachinery's `Requirement.Matches`: a numeric requirement needs the label, holding
+    /// an integer, strictly above (or below) the bound.
+    pub(crate) fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|r| match r {
+            Requirement::Expression(e) => e.matches(labels),
+            Requirement::Numeric { key, greater, than } => labels
+                .get(key)
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| if *greater { v > *than } else { v < *than }),
+        })
+    }
 }
 
 /// A label or field selector as the API server reads it: a string in its syntax
@@ -290,7 +369,7 @@ pub fn parse_label_selector(input: &str) -> Result<Selector, SelectorParseError>
 /// as written and refused by the server.
 ///
 /// ```
-/// use kube::core::{Expression, Selector};
+/// use kube::core::{Expression, Selector, SelectorExt};
 /// use kube_informer::FactoryConfig;
 ///
 /// let typed: Selector = Expression::Equal("app".into(), "web".into()).into();
@@ -469,6 +548,29 @@ mod tests {
             }
             assert!(r.is_err(), "{bad:?} should be rejected, got {r:?}");
         }
+    }
+
+    #[test]
+    fn numeric_requirements_parse_and_match_only_where_the_fake_server_reads_them() {
+        let r = LabelRequirements::parse("tier>5,!canary").unwrap();
+        assert!(r.matches(&labels(&[("tier", "10")])));
+        assert!(!r.matches(&labels(&[("tier", "5")])));
+        assert!(!r.matches(&labels(&[("tier", "10"), ("canary", "")])));
+        assert!(!r.matches(&labels(&[("tier", "ten")])));
+        assert!(!r.matches(&labels(&[])));
+        let r = LabelRequirements::parse("tier<5").unwrap();
+        assert!(r.matches(&labels(&[("tier", "4")])));
+        assert!(!r.matches(&labels(&[("tier", "5")])));
+        // Same grammar otherwise; an integer value is required.
+        for bad in [
+            "tier>", "tier>x", "tier>-1", "tier>1.5", "tier>(1)", "a in (x",
+        ] {
+            assert!(LabelRequirements::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(LabelRequirements::parse("").unwrap().selects_all());
+        // The public parser still refuses them: `Expression` has no numeric form.
+        let e = parse_label_selector("tier>5").unwrap_err();
+        assert!(e.reason.contains("numeric"), "{e}");
     }
 
     #[test]

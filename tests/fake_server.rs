@@ -371,6 +371,28 @@ async fn timeout_seconds_ends_the_stream_on_tokio_time() {
 }
 
 #[tokio::test]
+async fn numeric_label_selectors_filter_as_in_kube_apiserver() {
+    let (s, api) = server().await;
+    s.create(&cm("low", &[("tier", "2")])).unwrap();
+    s.create(&cm("high", &[("tier", "10")])).unwrap();
+    s.create(&cm("word", &[("tier", "top")])).unwrap();
+    s.create(&cm("none", &[])).unwrap();
+    let list = |selector: &'static str| {
+        let api = api.clone();
+        async move { api.list(&ListParams::default().labels(selector)).await }
+    };
+    // Compared as integers (10 > 5, though "10" < "5" as text); a label that is missing or not
+    // an integer never matches.
+    assert_eq!(names(&list("tier>5").await.unwrap()), ["high"]);
+    assert_eq!(names(&list("tier<5").await.unwrap()), ["low"]);
+    assert_eq!(names(&list("tier > 1,tier<10").await.unwrap()), ["low"]);
+    for bad in ["tier>x", "tier>", "tier>-1", "tier>(1)"] {
+        let e = api_err(list(bad).await.unwrap_err());
+        assert_eq!(e.code, 400, "{bad}: {}", e.message);
+    }
+}
+
+#[tokio::test]
 async fn selectors_filter_lists_and_turn_watch_transitions_into_add_delete() {
     let (s, api) = server().await;
     s.create(&cm("a", &[("app", "web")])).unwrap();

@@ -2,10 +2,9 @@
 
 use std::fmt::Write as _;
 
-use kube::core::{Selector, SelectorExt};
 use serde_json::{Value, json};
 
-use crate::selector::parse_label_selector;
+use crate::selector::LabelRequirements;
 
 /// The list/watch query parameters of one request, as the fake server understood them.
 ///
@@ -421,7 +420,7 @@ impl FieldSelector {
 /// Label and field selectors of a list or watch.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Filter {
-    pub labels: Selector,
+    pub labels: LabelRequirements,
     pub fields: FieldSelector,
     /// The namespace of the request path, if any.
     pub namespace: Option<String>,
@@ -444,9 +443,9 @@ impl Filter {
             _ => None,
         };
         let labels = match q.label_selector.as_deref() {
-            Some(s) => parse_label_selector(s)
+            Some(s) => LabelRequirements::parse(s)
                 .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
-            None => Selector::default(),
+            None => LabelRequirements::default(),
         };
         let fields = match q.field_selector.as_deref() {
             Some(s) => FieldSelector::parse(s)?,
