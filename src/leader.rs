@@ -87,6 +87,16 @@ pub enum Error {
     /// failed release when it was told to stop).
     #[error("the lease manager stopped: {0}")]
     Manager(String),
+    /// The future `lead` returned for a term panicked. As a panic in client-go's
+    /// `OnStartedLeading` crashes the process, the elector stops: holding the Lease with no
+    /// workers running would keep the other replicas from taking over. The Lease is released
+    /// if [`release_on_cancel`](LeaderElectionConfig::release_on_cancel) is set (the workers are
+    /// gone), and otherwise expires.
+    #[error("the workers of term {term} panicked")]
+    WorkersPanicked {
+        /// The term whose workers panicked.
+        term: u64,
+    },
 }
 
 /// A timing rule [`LeaderElectionConfig`] breaks.
@@ -474,7 +484,9 @@ impl LeaderElector {
     /// [`Error::Lease`] if the Lease cannot be read or created at the start (no Lease
     /// access, API server unreachable): the caller decides whether to retry or exit.
     /// [`Error::Manager`] if kube-lease-manager's task ends on its own; the workers have been
-    /// stopped by then.
+    /// stopped by then. [`Error::WorkersPanicked`] if a term's future panics (one that returns
+    /// ends nothing: the Lease stays held until `shutdown`). A Lease deleted meanwhile is
+    /// created again, as client-go's elector does, and contended for.
     ///
     /// # Cancel safety
     ///
@@ -570,25 +582,36 @@ impl LeaderElector {
                 _ = observed.changed() => {}
                 () = sleep_until_opt(deadline), if guard.0.is_some() => {}
                 () = sleep_until_opt(settled_at), if guard.0.is_none() && holds => {}
-                _ = async {
+                joined = async {
                     match guard.0.as_mut().and_then(|t| t.workers.as_mut()) {
-                        Some(h) => { let _ = h.await; }
+                        Some(h) => h.await,
                         None => std::future::pending().await,
                     }
                 }, if workers_running => {
                     if let Some(t) = guard.0.as_mut() {
                         t.workers = None;
                     }
-                    tracing::info!(term = term_number, "the term's workers returned; the lease is still held");
+                    match joined {
+                        Err(e) if e.is_panic() => {
+                            tracing::error!(identity = %c.identity, lease = %c.lease_name, term = term_number, "the term's workers panicked; stopping");
+                            break Err(Error::WorkersPanicked { term: term_number });
+                        }
+                        _ => tracing::info!(term = term_number, "the term's workers returned; the lease is still held"),
+                    }
                 }
-                _ = retry.tick(), if guard.0.is_none() && !manager_says => {
+                // Polled whenever this replica does not lead: also when kube-lease-manager
+                // still says it holds a Lease that names another holder, none, or is gone.
+                _ = retry.tick(), if guard.0.is_none() && !holds => {
                     // kube-lease-manager sleeps until the expiry it last saw, so it would miss
                     // a release; read the Lease (the observer sees the record) and, if it was
                     // free at two polls in a row (one free poll may just precede the manager's
                     // own acquisition), restart the manager so it acquires now.
+                    // A Lease deleted is free too: kube-lease-manager creates it only when
+                    // built, so a new manager is what recreates it (client-go's
+                    // `tryAcquireOrRenew` creates it on NotFound).
                     let free = matches!(
                         tokio::time::timeout(c.retry_period, leases.get_opt(&c.lease_name)).await,
-                        Ok(Ok(Some(_)))
+                        Ok(Ok(_))
                     ) && *observed.borrow() == Observed::Free;
                     free_polls = if free { free_polls + 1 } else { 0 };
                     if free_polls >= 2 {
@@ -619,7 +642,8 @@ impl LeaderElector {
 
         // Workers first: the lease is released only once they are gone.
         self.end_term(&mut guard).await;
-        if c.release_on_cancel && outcome.is_ok() {
+        let manager_alive = matches!(outcome, Ok(()) | Err(Error::WorkersPanicked { .. }));
+        if c.release_on_cancel && manager_alive {
             manager.release(c.renew_deadline).await;
         } else {
             manager.abort().await;

@@ -110,6 +110,8 @@ enum Workers {
     Obedient,
     /// Never look at the stop signal (they are aborted after the stop timeout).
     Stubborn,
+    /// Panic as soon as they start.
+    Panicking,
 }
 
 struct Replica {
@@ -152,6 +154,7 @@ fn replica(
                         match workers {
                             Workers::Obedient => leadership.stopped().await,
                             Workers::Stubborn => std::future::pending().await,
+                            Workers::Panicking => panic!("the workers panic"),
                         }
                     }
                 },
@@ -406,6 +409,80 @@ async fn a_leader_that_cannot_renew_stops_its_workers_before_the_lease_expires()
             .expect(DEADLOCK);
     }
     log.assert_no_overlap();
+}
+
+#[tokio::test]
+async fn a_deleted_lease_is_recreated_and_taken() {
+    let s = server().await;
+    let log = Log::default();
+    let replicas: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|n| replica(&s, &log, config(n), n, Workers::Obedient))
+        .collect();
+    let leader = log.wait_for_leader(None, Duration::from_secs(5)).await;
+    // Deleted (by an operator, or a namespace cleanup): client-go's electors create it again
+    // at their next try, and one of them leads.
+    s.delete::<Lease>(Some("default"), "controller").unwrap();
+    let until = Instant::now() + LEASE * 3;
+    while log.leaders_now().contains(&leader) && holder(&s).is_none() {
+        assert!(
+            Instant::now() < until,
+            "the deleted lease was never noticed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let next = log
+        .wait_for_leader(None, LEASE * 3 + SETTLE + Duration::from_secs(2))
+        .await;
+    assert_eq!(holder(&s).as_deref(), Some(next.as_str()));
+    log.assert_no_overlap();
+    for r in replicas {
+        r.shutdown.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(5), r.task)
+            .await
+            .expect(DEADLOCK)
+            .unwrap()
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn workers_that_panic_end_the_election_and_hand_the_lease_over() {
+    let s = server().await;
+    let log = Log::default();
+    let config_of = |n: &str| config(n).release_on_cancel(true);
+    let a = replica(&s, &log, config_of("a"), "a", Workers::Panicking);
+    // "a" leads first: "b" starts once the Lease names it.
+    let until = Instant::now() + Duration::from_secs(5);
+    while holder(&s).as_deref() != Some("a") {
+        assert!(Instant::now() < until, "a never took the lease");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let b = replica(&s, &log, config_of("b"), "b", Workers::Obedient);
+    // The panic is a typed error from `run`, not a Lease held with nothing running.
+    let ended = tokio::time::timeout(SETTLE + Duration::from_secs(5), a.task)
+        .await
+        .expect(DEADLOCK)
+        .unwrap();
+    assert!(
+        matches!(
+            ended,
+            Err(kube_informer::leader::Error::WorkersPanicked { term: 1 })
+        ),
+        "{ended:?}"
+    );
+    // Released on the way out: "b" leads well before the lease would have expired.
+    let next = log
+        .wait_for_leader(Some("a"), SETTLE + Duration::from_secs(3))
+        .await;
+    assert_eq!(next, "b");
+    log.assert_no_overlap();
+    b.shutdown.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(5), b.task)
+        .await
+        .expect(DEADLOCK)
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test]
