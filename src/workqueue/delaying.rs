@@ -233,6 +233,13 @@ impl<T: QueueItem> DelayingQueue<T> {
                     seq: *seq,
                     item: e.key().clone(),
                 }));
+                // The later entry stays in the heap until its deadline; once stale entries
+                // outnumber live ones, drop them (client-go's heap moves the entry instead), so
+                // an item re-added sooner and sooner, or fired and re-added for a far deadline,
+                // does not grow the heap.
+                if heap.len() > 2 * deadlines.len() + 16 {
+                    heap.retain(|Reverse(t)| deadlines.get(&t.item) == Some(&t.at));
+                }
             }
             Entry::Vacant(e) => {
                 *seq += 1;
@@ -255,6 +262,11 @@ impl<T: QueueItem> DelayingQueue<T> {
     /// Number of items waiting for their delay (not yet in the queue).
     pub fn num_waiting(&self) -> usize {
         self.shared.waiting.lock().deadlines.len()
+    }
+
+    #[cfg(test)]
+    fn heap_len(&self) -> usize {
+        self.shared.waiting.lock().heap.len()
     }
 }
 
@@ -399,6 +411,33 @@ mod tests {
         advance(Duration::from_secs(2)).await;
         settle().await;
         assert!(q.is_empty());
+    }
+
+    /// An item moved to an earlier deadline, fired, and re-added for a far one (a retry, then
+    /// a periodic requeue) leaves its old entry behind each time; those stay bounded.
+    #[tokio::test(start_paused = true)]
+    async fn superseded_deadlines_do_not_pile_up() {
+        let q = DelayingQueue::new();
+        for _ in 0..1000 {
+            q.add_after("k", Duration::from_secs(3600)).unwrap();
+            q.add_after("k", Duration::from_millis(1)).unwrap();
+            advance(Duration::from_millis(1)).await;
+            settle().await;
+            assert_eq!(q.try_get(), Some("k"));
+            q.done(&"k");
+        }
+        assert_eq!(q.num_waiting(), 0);
+        assert!(q.heap_len() <= 18, "{} heap entries", q.heap_len());
+        // What is left still fires on time.
+        q.add_after("k", Duration::from_secs(3600)).unwrap();
+        q.add_after("j", Duration::from_secs(1)).unwrap();
+        q.add_after("k", Duration::from_secs(2)).unwrap();
+        advance(Duration::from_secs(2)).await;
+        settle().await;
+        assert_eq!(
+            (q.try_get(), q.try_get(), q.try_get()),
+            (Some("j"), Some("k"), None)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -120,6 +120,10 @@ impl<T: Clone + Eq + Hash> Default for ItemExponentialFailure<T> {
 impl<T: Clone + Eq + Hash + Send + Sync> RateLimiter<T> for ItemExponentialFailure<T> {
     fn when(&self, item: &T) -> Duration {
         let exp = self.failures.bump(item);
+        if self.base.is_zero() {
+            // Zero at any count: `0 × 2^1024` would be NaN below, and so the cap.
+            return Duration::ZERO;
+        }
         // In floating point, as client-go, so a large exponent saturates instead of overflowing.
         let exp = i32::try_from(exp).unwrap_or(i32::MAX);
         let backoff = self.base.as_secs_f64() * 2f64.powi(exp);
@@ -418,6 +422,14 @@ mod tests {
             l.when(&0);
         }
         assert_eq!(l.when(&0), Duration::from_secs(1000));
+    }
+
+    #[test]
+    fn item_exponential_failure_with_a_zero_base_stays_zero() {
+        let r = ItemExponentialFailure::new(Duration::ZERO, Duration::from_secs(1));
+        for n in 0..1100 {
+            assert_eq!(r.when(&"a"), Duration::ZERO, "failure {n}");
+        }
     }
 
     #[test]
