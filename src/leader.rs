@@ -321,8 +321,15 @@ impl Leadership {
 enum Observed {
     /// Nothing seen yet.
     Nothing,
-    /// Held by this replica, renewed at `renew_time` (by this replica's clock).
-    Ours { renew_time: SystemTime },
+    /// Held by this replica, renewed at `renew_time` (by this replica's clock); `deadline` is
+    /// `renew_time + renew_deadline` as a monotonic instant, converted with the clocks read
+    /// as the request that returned the record was sent, and never moved later for the same
+    /// `renew_time`: a wall clock stepped back afterwards does not lengthen the term (client-go
+    /// times its renew deadline on the monotonic clock).
+    Ours {
+        renew_time: SystemTime,
+        deadline: Instant,
+    },
     /// Held by another replica.
     Theirs,
     /// No holder (released, or never taken), or the Lease is gone.
@@ -336,32 +343,75 @@ struct Observer {
     inner: kube::Client,
     path: String,
     identity: String,
+    renew_deadline: Duration,
     observed: watch::Sender<Observed>,
 }
 
+/// The wall and monotonic clocks, read together.
+#[derive(Debug, Clone, Copy)]
+struct Clocks {
+    wall: SystemTime,
+    mono: Instant,
+}
+
+impl Clocks {
+    fn now() -> Self {
+        Self {
+            wall: SystemTime::now(),
+            mono: Instant::now(),
+        }
+    }
+}
+
 impl Observer {
-    fn observe(&self, status: http::StatusCode, body: &[u8]) {
+    /// `sent`: the clocks as the request was sent.
+    fn observe(&self, status: http::StatusCode, body: &[u8], sent: Clocks) {
         let seen = if status == http::StatusCode::NOT_FOUND {
             Observed::Free
         } else {
             match serde_json::from_slice::<Lease>(body) {
-                Ok(lease) => classify(&lease, &self.identity),
+                Ok(lease) => classify(&lease, &self.identity, self.renew_deadline, sent),
                 // Not a Lease (a Status body of an error): says nothing about the holder.
                 Err(_) => return,
             }
         };
-        self.observed.send_replace(seen);
+        self.observed
+            .send_modify(|current| *current = merge(*current, seen));
     }
 }
 
-fn classify(lease: &Lease, identity: &str) -> Observed {
+/// The newest record's reading, keeping the earliest deadline seen for the same renewal.
+fn merge(current: Observed, seen: Observed) -> Observed {
+    match (current, seen) {
+        (
+            Observed::Ours {
+                renew_time: was,
+                deadline: before,
+            },
+            Observed::Ours {
+                renew_time,
+                deadline,
+            },
+        ) if was == renew_time => Observed::Ours {
+            renew_time,
+            deadline: deadline.min(before),
+        },
+        _ => seen,
+    }
+}
+
+fn classify(lease: &Lease, identity: &str, renew_deadline: Duration, sent: Clocks) -> Observed {
     let spec = lease.spec.as_ref();
     match spec.and_then(|s| s.holder_identity.as_deref()) {
         None | Some("") => Observed::Free,
         Some(holder) if holder == identity => match spec.and_then(|s| s.renew_time.as_ref()) {
-            Some(t) => Observed::Ours {
-                renew_time: SystemTime::from(t.0),
-            },
+            Some(t) => {
+                let renew_time = SystemTime::from(t.0);
+                Observed::Ours {
+                    renew_time,
+                    deadline: local_deadline(renew_time, renew_deadline, sent),
+                }
+            }
             // Held without a renewal time: nobody can judge it valid; do not lead on it.
             None => Observed::Free,
         },
@@ -382,6 +432,7 @@ impl tower_service::Service<http::Request<Body>> for Observer {
         let this = self.clone();
         Box::pin(async move {
             let watched = request.uri().path() == this.path;
+            let sent = Clocks::now();
             let response = this.inner.send(request).await?;
             let status = response.status();
             if !watched || !(status.is_success() || status == http::StatusCode::NOT_FOUND) {
@@ -389,7 +440,7 @@ impl tower_service::Service<http::Request<Body>> for Observer {
             }
             let (parts, body) = response.into_parts();
             let bytes: Bytes = body.collect().await?.to_bytes();
-            this.observe(status, &bytes);
+            this.observe(status, &bytes, sent);
             Ok(http::Response::from_parts(parts, Body::from(bytes)))
         })
     }
@@ -448,6 +499,7 @@ impl LeaderElector {
                 c.namespace, c.lease_name
             ),
             identity: c.identity.clone(),
+            renew_deadline: c.renew_deadline,
             observed: tx,
         };
         (kube::Client::new(observer, c.namespace.clone()), rx)
@@ -530,7 +582,7 @@ impl LeaderElector {
             let manager_says = *manager.holding.borrow_and_update();
             let seen = *observed.borrow_and_update();
             let deadline = match seen {
-                Observed::Ours { renew_time } => Some(local_deadline(renew_time, c.renew_deadline)),
+                Observed::Ours { deadline, .. } => Some(deadline),
                 _ => None,
             };
             let now = Instant::now();
@@ -767,12 +819,12 @@ impl Drop for ManagerGuard {
     }
 }
 
-/// `renew_time + renew_deadline` (wall clock, this replica's) as a monotonic instant.
-fn local_deadline(renew_time: SystemTime, renew_deadline: Duration) -> Instant {
-    let now = Instant::now();
-    match (renew_time + renew_deadline).duration_since(SystemTime::now()) {
-        Ok(left) => now + left,
-        Err(_) => now,
+/// `renew_time + renew_deadline` (wall clock, this replica's) as a monotonic instant, by the
+/// clocks read at `at`.
+fn local_deadline(renew_time: SystemTime, renew_deadline: Duration, at: Clocks) -> Instant {
+    match (renew_time + renew_deadline).duration_since(at.wall) {
+        Ok(left) => at.mono + left,
+        Err(_) => at.mono,
     }
 }
 
@@ -857,10 +909,18 @@ mod tests {
             }),
             ..Default::default()
         };
+        let rd = Duration::from_secs(10);
+        // Sent 2 s after the renewal: 8 s of the renew deadline left.
+        let sent = Clocks {
+            wall: SystemTime::from(t) + Duration::from_secs(2),
+            mono: Instant::now(),
+        };
+        let classify = |l: &Lease, id: &str| classify(l, id, rd, sent);
         assert_eq!(
             classify(&lease(Some("a"), true), "a"),
             Observed::Ours {
-                renew_time: SystemTime::from(t)
+                renew_time: SystemTime::from(t),
+                deadline: sent.mono + Duration::from_secs(8),
             }
         );
         assert_eq!(classify(&lease(Some("a"), false), "a"), Observed::Free);
@@ -868,6 +928,39 @@ mod tests {
         assert_eq!(classify(&lease(None, true), "a"), Observed::Free);
         assert_eq!(classify(&lease(Some(""), true), "a"), Observed::Free);
         assert_eq!(classify(&Lease::default(), "a"), Observed::Free);
+    }
+
+    /// The wall clock steps back 5 s while the leader cannot renew: a later read of the same
+    /// record must not move the renew deadline later (it would run its workers 5 s longer,
+    /// past the point where another replica takes the Lease).
+    #[test]
+    fn a_wall_clock_stepped_back_does_not_lengthen_the_term() {
+        let renew_time = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let rd = Duration::from_secs(10);
+        let mono = Instant::now();
+        let first = Clocks {
+            wall: renew_time,
+            mono,
+        };
+        let ours = |at: Clocks| Observed::Ours {
+            renew_time,
+            deadline: local_deadline(renew_time, rd, at),
+        };
+        let seen = merge(Observed::Nothing, ours(first));
+        assert_eq!(seen, ours(first));
+        // One second later by the monotonic clock, four seconds earlier by the stepped wall.
+        let stepped = Clocks {
+            wall: renew_time - Duration::from_secs(4),
+            mono: mono + Duration::from_secs(1),
+        };
+        assert_eq!(merge(seen, ours(stepped)), seen);
+        // A new renewal is taken as it comes.
+        let renewed = Observed::Ours {
+            renew_time: renew_time + Duration::from_secs(3),
+            deadline: mono + Duration::from_secs(13),
+        };
+        assert_eq!(merge(seen, renewed), renewed);
+        assert_eq!(merge(seen, Observed::Theirs), Observed::Theirs);
     }
 
     /// An elector whose API server never answers.
@@ -930,9 +1023,9 @@ mod tests {
     #[test]
     fn deadlines_in_the_past_are_now() {
         let now = Instant::now();
-        let past = local_deadline(SystemTime::now() - secs(60), secs(10));
+        let past = local_deadline(SystemTime::now() - secs(60), secs(10), Clocks::now());
         assert!(past >= now && past <= Instant::now());
-        let future = local_deadline(SystemTime::now(), secs(10));
+        let future = local_deadline(SystemTime::now(), secs(10), Clocks::now());
         assert!(future > now + secs(9));
     }
 
