@@ -25,7 +25,7 @@ pub use metrics::{
     CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, NoopMetric, NoopMetricsProvider,
     SettableGaugeMetric, names,
 };
-pub use queue::{Config, QueueItem, ShutDown, WorkQueue};
+pub use queue::{Config, Processing, QueueItem, ShutDown, WorkQueue};
 pub use rate_limiter::{
     Bucket, FastSlow, ItemExponentialFailure, MaxOf, RateLimiter, WithMaxWait,
     default_controller_rate_limiter,

@@ -192,6 +192,48 @@ impl<T: QueueItem> Default for WorkQueue<T> {
     }
 }
 
+/// An item being processed, from [`WorkQueue::get_guarded`]: reads as the item, and marks
+/// it [`done`](WorkQueue::done) when dropped.
+#[must_use = "dropping the guard marks the item done at once"]
+pub struct Processing<T: QueueItem> {
+    queue: WorkQueue<T>,
+    /// `None` only after `into_inner`.
+    item: Option<T>,
+}
+
+impl<T: QueueItem> Processing<T> {
+    /// The item, leaving the caller to call [`done`](WorkQueue::done) for it.
+    pub fn into_inner(mut self) -> T {
+        self.item
+            .take()
+            .unwrap_or_else(|| unreachable!("taken only here, which consumes the guard"))
+    }
+}
+
+impl<T: QueueItem> std::ops::Deref for Processing<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.item
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("taken only by into_inner, which consumes the guard"))
+    }
+}
+
+impl<T: QueueItem + fmt::Debug> fmt::Debug for Processing<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Processing").field(&self.item).finish()
+    }
+}
+
+impl<T: QueueItem> Drop for Processing<T> {
+    fn drop(&mut self) {
+        if let Some(item) = self.item.take() {
+            self.queue.done(&item);
+        }
+    }
+}
+
 impl<T: QueueItem> WorkQueue<T> {
     /// An unnamed queue without metrics (client-go's `New`).
     pub fn new() -> Self {
@@ -318,7 +360,10 @@ impl<T: QueueItem> WorkQueue<T> {
     ///
     /// Every item returned must be passed to [`done`](Self::done) when processing ends, or the
     /// item is never handed out again (and [`shutdown_with_drain`](Self::shutdown_with_drain)
-    /// waits forever).
+    /// waits forever). A worker that can stop between the two without reaching `done` (a task
+    /// aborted, a future dropped by `select!` or a timeout, a panic) should take its items with
+    /// [`get_guarded`](Self::get_guarded): Go's `defer queue.Done(item)` has no such gap, since
+    /// a goroutine cannot be cancelled.
     ///
     /// # Cancel safety
     ///
@@ -345,6 +390,41 @@ impl<T: QueueItem> WorkQueue<T> {
             }
             notified.await;
         }
+    }
+
+    /// [`get`](Self::get), with the item in a guard that marks it [`done`](Self::done) when
+    /// dropped: when processing ends, and also when the worker's future is dropped or
+    /// unwinds. Cancel safe as `get`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use kube_informer::workqueue::WorkQueue;
+    ///
+    /// let queue = WorkQueue::new();
+    /// queue.add("default/web").unwrap();
+    /// let worker = tokio::spawn({
+    ///     let queue = queue.clone();
+    ///     async move {
+    ///         while let Some(key) = queue.get_guarded().await {
+    ///             // Reconcile `*key`; the guard marks it done at the end of the iteration.
+    ///             std::future::pending::<()>().await;
+    ///         }
+    ///     }
+    /// });
+    /// tokio::task::yield_now().await;
+    /// // Aborted mid-item: the key is done, so it is handed out again once re-added.
+    /// worker.abort();
+    /// let _ = worker.await;
+    /// queue.add("default/web").unwrap();
+    /// assert_eq!(queue.try_get(), Some("default/web"));
+    /// # }
+    /// ```
+    pub async fn get_guarded(&self) -> Option<Processing<T>> {
+        self.get().await.map(|item| Processing {
+            queue: self.clone(),
+            item: Some(item),
+        })
     }
 
     /// Takes the next item without waiting, `None` if none is queued.
@@ -681,6 +761,55 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!drain.is_finished());
         assert!(q.is_shutting_down());
+        q.done(&a);
+        timeout(DEADLOCK, drain)
+            .await
+            .expect("drain likely deadlocked")
+            .unwrap();
+    }
+
+    /// A worker aborted, or panicking, mid-item: with the guard the item is done, so it is
+    /// handed out again and a drain does not wait for it.
+    #[tokio::test]
+    async fn a_guarded_item_is_done_when_its_worker_is_aborted_or_panics() {
+        let q = WorkQueue::new();
+        for _ in 0..2 {
+            q.add("a").unwrap();
+        }
+        let aborted = tokio::spawn({
+            let q = q.clone();
+            async move {
+                let _a = q.get_guarded().await;
+                std::future::pending::<()>().await;
+            }
+        });
+        tokio::task::yield_now().await;
+        assert!(q.is_empty(), "taken");
+        aborted.abort();
+        assert!(aborted.await.unwrap_err().is_cancelled());
+        q.add("a").unwrap();
+        let panicked = tokio::spawn({
+            let q = q.clone();
+            async move {
+                let a = q.get_guarded().await.unwrap();
+                assert_eq!(*a, "a");
+                panic!("the reconcile of {}", *a);
+            }
+        });
+        assert!(panicked.await.unwrap_err().is_panic());
+        q.add("a").unwrap();
+        let a = q.get_guarded().await.unwrap();
+        // Done explicitly by dropping, or handed back for the caller to mark.
+        let a = a.into_inner();
+        let drain = tokio::spawn({
+            let q = q.clone();
+            async move { q.shutdown_with_drain().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !drain.is_finished(),
+            "into_inner leaves `done` to the caller"
+        );
         q.done(&a);
         timeout(DEADLOCK, drain)
             .await
