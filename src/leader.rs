@@ -222,9 +222,10 @@ impl LeaderElectionConfig {
     }
 
     /// Whether shutting down [`LeaderElector::run`] releases a held Lease (after the workers
-    /// stopped), so another replica takes over within about two `retry_period`s (it takes a
-    /// Lease it has read free twice in a row) instead of at expiry (client-go's
-    /// `ReleaseOnCancel`).
+    /// stopped), so another replica takes the Lease within about two `retry_period`s (it takes
+    /// a Lease it has read free twice in a row) instead of at expiry (client-go's
+    /// `ReleaseOnCancel`). Its workers then start once it has
+    /// [waited out the previous leader](Self::wait_out_previous_leader), if it does.
     #[must_use]
     pub fn release_on_cancel(mut self, release: bool) -> Self {
         self.release_on_cancel = release;

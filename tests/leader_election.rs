@@ -128,7 +128,18 @@ fn replica(
     name: &str,
     workers: Workers,
 ) -> Replica {
-    let elector = LeaderElector::new(server.client(), config).unwrap();
+    replica_on(server.client(), log, config, name, workers)
+}
+
+/// A replica whose requests go through `client`.
+fn replica_on(
+    client: kube::Client,
+    log: &Log,
+    config: LeaderElectionConfig,
+    name: &str,
+    workers: Workers,
+) -> Replica {
+    let elector = LeaderElector::new(client, config).unwrap();
     let role = elector.role();
     let (shutdown, mut shutdown_rx) = watch::channel(false);
     let (log, owner) = (log.clone(), name.to_string());
@@ -483,6 +494,91 @@ async fn workers_that_panic_end_the_election_and_hand_the_lease_over() {
         .expect(DEADLOCK)
         .unwrap()
         .unwrap();
+}
+
+/// How a partitioned replica's requests end.
+#[derive(Clone, Copy, PartialEq)]
+enum Cut {
+    /// At once, with a connection error.
+    Refused,
+    /// Never.
+    Hanging,
+}
+
+/// A client to `s` that `cut` turns off for this replica alone.
+fn partitionable_client(s: &FakeApiServer, cut: Arc<Mutex<Option<Cut>>>) -> kube::Client {
+    let inner = s.client();
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let (inner, cut) = (inner.clone(), *cut.lock());
+        async move {
+            match cut {
+                None => inner.send(request).await,
+                Some(Cut::Refused) => Err(kube::Error::Service(
+                    std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "partitioned")
+                        .into(),
+                )),
+                Some(Cut::Hanging) => std::future::pending().await,
+            }
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// The leader loses the API server while the follower still reaches it: the case the renew
+/// deadline exists for. The leader's workers (which ignore the stop signal) must be gone
+/// before the follower's start.
+async fn partition_the_leader(how: Cut) {
+    let s = server().await;
+    let log = Log::default();
+    let cuts: Vec<Arc<Mutex<Option<Cut>>>> = (0..2).map(|_| Arc::default()).collect();
+    let replicas: Vec<_> = ["a", "b"]
+        .iter()
+        .zip(&cuts)
+        .map(|(n, cut)| {
+            let client = partitionable_client(&s, cut.clone());
+            replica_on(client, &log, config(n), n, Workers::Stubborn)
+        })
+        .collect();
+    let leader = log.wait_for_leader(None, Duration::from_secs(5)).await;
+    let i = replicas.iter().position(|r| r.name == leader).unwrap();
+    *cuts[i].lock() = Some(how);
+    let cut_at = Instant::now();
+    let next = log
+        .wait_for_leader(Some(&leader), LEASE + SETTLE + Duration::from_secs(4))
+        .await;
+    println!(
+        "{}: the other replica's workers started {:?} after the cut",
+        if how == Cut::Refused {
+            "refused"
+        } else {
+            "hanging"
+        },
+        log.intervals().last().unwrap().start - cut_at
+    );
+    assert_ne!(next, leader);
+    assert_eq!(holder(&s).as_deref(), Some(next.as_str()));
+    log.assert_no_overlap();
+    // The partitioned leader still leads nothing once it reaches the server again.
+    *cuts[i].lock() = None;
+    tokio::time::sleep(LEASE).await;
+    assert_eq!(log.leaders_now(), [next]);
+    log.assert_no_overlap();
+    for r in replicas {
+        r.shutdown.send_replace(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), r.task)
+            .await
+            .expect(DEADLOCK);
+    }
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_from_the_api_stops_before_the_follower_takes_over() {
+    partition_the_leader(Cut::Refused).await;
+}
+
+#[tokio::test]
+async fn a_leader_whose_requests_hang_stops_before_the_follower_takes_over() {
+    partition_the_leader(Cut::Hanging).await;
 }
 
 #[tokio::test]
