@@ -6,8 +6,8 @@
 //! `key`, `!key`, `key=value`, `key==value`, `key!=value`, `key in (v1,v2)` or
 //! `key notin (v1,v2)`. The numeric operators `gt`/`lt` (`key>1`) are rejected by
 //! [`parse_label_selector`] because [`kube::core::Expression`] cannot represent them; the fake
-//! API server, which must accept what kube-apiserver accepts, reads them through
-//! [`LabelRequirements`].
+//! API server, which must accept what kube-apiserver accepts, reads them with its own
+//! matcher.
 
 use std::collections::BTreeSet;
 
