@@ -190,7 +190,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     emit(&json!({ "hello": {
         "impl": "kube-informer",
         "in_order": args.fifo == FifoMode::InOrder,
-        "watch_list": true,
+        "watch_list": !args.list,
         "namespace": args.namespace.clone().unwrap_or_default(),
         "label_selector": args.label_selector.clone().unwrap_or_default(),
         "informer_resync": args.informer_resync.as_secs(),

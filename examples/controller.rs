@@ -18,6 +18,10 @@
 //! `tests/controller_example.rs` runs this very code against the fake API server and checks
 //! what it wrote.
 
+#[path = "support/cluster.rs"]
+mod cluster;
+pub use cluster::cluster_client;
+
 use std::{
     collections::{BTreeMap, hash_map::DefaultHasher},
     hash::{Hash, Hasher},
@@ -42,6 +46,8 @@ pub const LABEL: &str = "example.com/checksum=enabled";
 pub const ANNOTATION: &str = "example.com/checksum";
 /// Retries of one key before giving up on it.
 pub const MAX_RETRIES: usize = 5;
+/// How long to wait for the informer's first list before giving up.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The checksum of a ConfigMap's data.
 pub fn checksum(cm: &ConfigMap) -> String {
@@ -182,7 +188,18 @@ impl Controller {
                 .on_update(move |_, cm: &Arc<ConfigMap>| e2(cm)),
         )?;
         factory.start();
-        factory.wait_for_cache_sync().await;
+        // client-go: `if !cache.WaitForCacheSync(...) { return err }`. No workers on a cache
+        // that never filled.
+        let synced = factory.wait_for_cache_sync_timeout(SYNC_TIMEOUT).await;
+        if let Err(e) = synced.into_result() {
+            factory.shutdown().await;
+            return Err(format!(
+                "{e}: check that the API server is reachable and that this client may list and \
+                 watch ConfigMaps in {namespace} (RBAC); RUST_LOG=kube_informer=debug shows the \
+                 reflector's errors"
+            )
+            .into());
+        }
 
         let stats = Arc::new(Mutex::new(Stats::default()));
         let workers = (0..2)
@@ -225,25 +242,36 @@ impl Controller {
         self.stats.lock().unwrap().clone()
     }
 
-    /// Lets the workers finish what is queued, then stops them and the informer.
+    /// Lets the workers finish what is queued, then stops them and the informer (the informer
+    /// even if a worker panicked).
     pub async fn stop(self) -> Result<Stats, Box<dyn std::error::Error>> {
-        self.queue.shutdown_with_drain().await;
+        // No new keys; each worker finishes what is queued and returns once `get` says the
+        // queue is shut down and empty, which is `shutdown_with_drain` without waiting for ever
+        // on a key a panicked worker never marked done.
+        self.queue.shutdown();
+        let mut panicked = None;
         for w in self.workers {
-            w.await?;
+            if let Err(e) = w.await {
+                panicked.get_or_insert(e);
+            }
         }
         self.factory.shutdown().await;
-        Ok(self.stats.lock().unwrap().clone())
+        match panicked {
+            Some(e) => Err(e.into()),
+            None => Ok(self.stats.lock().unwrap().clone()),
+        }
     }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // A configured cluster (kubeconfig or in-cluster) unless KUBE_INFORMER_FAKE is set.
-    let cluster = match std::env::var_os("KUBE_INFORMER_FAKE") {
-        Some(_) => None,
-        None => Client::try_default().await.ok(),
-    };
-    let (client, fake) = match cluster {
+    // Warnings by default, so a cluster that cannot be listed says why while the sync waits.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let (client, fake) = match cluster_client().await? {
         Some(client) => (client, None),
         None => {
             let server = FakeApiServer::start_with_core().await?;

@@ -10,10 +10,14 @@
 //! (`cargo run --example crd -- --print-crd | kubectl apply -f -`); it then watches for
 //! `CRD_SECONDS` (default 10).
 
+#[path = "support/cluster.rs"]
+mod cluster;
+use cluster::cluster_client;
+
 use std::{sync::Arc, time::Duration};
 
 use kube::{
-    Client, CustomResource, CustomResourceExt, Resource,
+    CustomResource, CustomResourceExt, Resource,
     api::{Api, ApiResource, DynamicObject, ObjectMeta, PostParams},
     discovery::Scope,
 };
@@ -39,12 +43,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", serde_json::to_string_pretty(&Backup::crd())?);
         return Ok(());
     }
-    // A configured cluster (kubeconfig or in-cluster) unless KUBE_INFORMER_FAKE is set.
-    let cluster = match std::env::var_os("KUBE_INFORMER_FAKE") {
-        Some(_) => None,
-        None => Client::try_default().await.ok(),
-    };
-    let (client, fake) = match cluster {
+    // Warnings by default, so a cluster that cannot be listed says why while the sync waits.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let (client, fake) = match cluster_client().await? {
         Some(client) => (client, None),
         None => {
             let server = FakeApiServer::start().await?;
@@ -89,7 +94,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     ))?;
     factory.start();
-    factory.wait_for_cache_sync().await;
+    // client-go: `if !cache.WaitForCacheSync(...) { return err }`.
+    if let Err(e) = factory
+        .wait_for_cache_sync_timeout(Duration::from_secs(30))
+        .await
+        .into_result()
+    {
+        factory.shutdown().await;
+        return Err(format!(
+            "{e}: check that the API server is reachable, that the backups.example.com CRD is \
+             installed (--print-crd), and that your credentials may list and watch backups (RBAC)"
+        )
+        .into());
+    }
 
     if fake.is_some() {
         let api: Api<Backup> = Api::namespaced(client, "default");

@@ -41,7 +41,9 @@ use tokio::task::JoinSet;
 #[allow(dead_code)] // the controller example's own `main` and `Controller`
 mod controller;
 
-use controller::{ANNOTATION, LABEL, MAX_RETRIES, checksum, reconcile};
+use controller::{
+    ANNOTATION, LABEL, MAX_RETRIES, SYNC_TIMEOUT, checksum, cluster_client, reconcile,
+};
 
 const LEASE_NAME: &str = "checksum-controller";
 
@@ -114,8 +116,23 @@ async fn term(
     for _ in 0..2 {
         let (queue, lister, client) = (queue.clone(), lister.clone(), client.clone());
         let (identity, writes) = (identity.clone(), writes.clone());
+        let mut leadership = leadership.clone();
         workers.spawn(async move {
-            while let Some(key) = queue.get().await {
+            loop {
+                // Once the term ends, take no more keys: after `queue.shutdown()` below, `get`
+                // would still hand out the queued ones, to a replica that no longer leads.
+                let key = tokio::select! {
+                    biased;
+                    () = leadership.stopped() => break,
+                    key = queue.get() => match key {
+                        Some(key) => key,
+                        None => break,
+                    },
+                };
+                if leadership.is_stopped() {
+                    queue.done(&key);
+                    break;
+                }
                 match reconcile(&key, &lister, &client).await {
                     Ok(wrote) => {
                         if wrote {
@@ -137,8 +154,9 @@ async fn term(
         });
     }
     leadership.stopped().await;
-    // No new keys for this term; workers finish the key in hand (or are aborted with this
-    // future once the stop timeout passes: the JoinSet aborts them when dropped).
+    // No new keys for this term; workers finish the key in hand and take no other (or are
+    // aborted with this future once the stop timeout passes: the JoinSet aborts them when
+    // dropped).
     *slot.lock().unwrap() = None;
     queue.shutdown();
     while workers.join_next().await.is_some() {}
@@ -176,10 +194,27 @@ async fn replica(
             .on_update(move |_, cm: &Arc<ConfigMap>| e2(cm)),
     )?;
     factory.start();
-    factory.wait_for_cache_sync().await;
+    // The stop signal (SIGINT, SIGTERM, the timer) also ends the wait for the cache: an
+    // unreachable API server or missing RBAC would otherwise hold the replica here for ever.
+    let mut stop = shutdown;
+    let synced = tokio::select! {
+        () = async { let _ = stop.wait_for(|s| *s).await; } => None,
+        synced = factory.wait_for_cache_sync_timeout(SYNC_TIMEOUT) => Some(synced),
+    };
+    let Some(synced) = synced else {
+        factory.shutdown().await;
+        return Ok(());
+    };
+    if let Err(e) = synced.into_result() {
+        factory.shutdown().await;
+        return Err(format!(
+            "{e}: check that the API server is reachable and that this client may list and \
+             watch ConfigMaps in {namespace} (RBAC)"
+        )
+        .into());
+    }
 
     let elector = LeaderElector::new(client.clone(), config)?;
-    let mut stop = shutdown;
     let result = elector
         .run(
             async move {
@@ -338,17 +373,31 @@ async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     Ok(())
 }
 
+/// Completes on SIGTERM (how Kubernetes stops a pod).
+#[cfg(unix)]
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            term.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// No SIGTERM here: only Ctrl-C and the timer stop the replica.
+#[cfg(not(unix))]
+async fn terminated() {
+    std::future::pending().await
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // `RUST_LOG=kube_informer=debug,kube_lease_manager=debug` shows the election's steps.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
-    let cluster = match std::env::var_os("KUBE_INFORMER_FAKE") {
-        Some(_) => None,
-        None => Client::try_default().await.ok(),
-    };
-    let Some(client) = cluster else {
+    let Some(client) = cluster_client().await? else {
         return demo().await;
     };
     let namespace = std::env::var("CONTROLLER_NAMESPACE").unwrap_or_else(|_| "default".into());
@@ -363,12 +412,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .unwrap_or(30);
     let (stop, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(secs)) => {}
             _ = tokio::signal::ctrl_c() => {}
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            () = terminated() => {}
         }
         stop.send_replace(true);
     });

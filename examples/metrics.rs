@@ -13,6 +13,10 @@
 //! `127.0.0.1:0`, any free port), and the program scrapes itself once, prints what a Prometheus
 //! server would read, and exits.
 
+#[path = "support/cluster.rs"]
+mod cluster;
+use cluster::cluster_client;
+
 use std::{collections::HashSet, convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -22,7 +26,7 @@ use hyper::{
 };
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::{Client, api::ObjectMeta};
+use kube::api::ObjectMeta;
 use kube_informer::{
     FactoryConfig, FifoMode, ObjectKey, RateLimitingQueue, ResourceEventHandlerFuncs,
     SharedInformerFactory, default_controller_rate_limiter, key_of,
@@ -41,11 +45,13 @@ use tokio::{
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let cluster = match std::env::var_os("KUBE_INFORMER_FAKE") {
-        Some(_) => None,
-        None => Client::try_default().await.ok(),
-    };
-    let (client, fake) = match cluster {
+    // Warnings by default, so a cluster that cannot be listed says why while the sync waits.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let (client, fake) = match cluster_client().await? {
         Some(client) => {
             println!("using the cluster from your kubeconfig (read-only)");
             (client, None)
@@ -92,6 +98,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .on_update(move |_: &Arc<ConfigMap>, cm: &Arc<ConfigMap>| enqueue(&q2, cm)),
     )?;
 
+    let listener = TcpListener::bind(
+        std::env::var("METRICS_ADDR").unwrap_or_else(|_| "127.0.0.1:0".to_owned()),
+    )
+    .await?;
+    let addr = listener.local_addr()?;
+    let http = tokio::spawn(serve(listener, registry));
+    println!("serving http://{addr}/metrics");
+
+    factory.start();
+    // client-go: `if !cache.WaitForCacheSync(...) { return err }`, and the workers start after.
+    let synced = factory
+        .wait_for_cache_sync_timeout(Duration::from_secs(30))
+        .await;
+    println!("caches synced: {:?}", synced.synced);
+    if let Err(e) = synced.into_result() {
+        factory.shutdown().await;
+        http.abort();
+        return Err(format!(
+            "{e}: check that the API server is reachable and that your credentials may list \
+             and watch ConfigMaps (RBAC); RUST_LOG=kube_informer=debug shows the reflector's errors"
+        )
+        .into());
+    }
+
     // The worker fails each key once (a transient error: back off and retry), then succeeds.
     let (reconciled_tx, mut reconciled) = watch::channel(0usize);
     let worker = {
@@ -111,18 +141,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         })
     };
-
-    let listener = TcpListener::bind(
-        std::env::var("METRICS_ADDR").unwrap_or_else(|_| "127.0.0.1:0".to_owned()),
-    )
-    .await?;
-    let addr = listener.local_addr()?;
-    let http = tokio::spawn(serve(listener, registry));
-    println!("serving http://{addr}/metrics");
-
-    factory.start();
-    let synced = factory.wait_for_cache_sync().await;
-    println!("caches synced: {synced:?}");
 
     if let Some(server) = &fake {
         // One change through the watch, then wait until all four keys are reconciled.
@@ -151,9 +169,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("--- GET /metrics\n{head}\n\n{body}---");
 
     queue.shutdown_with_drain().await;
-    worker.await?;
+    let worker = worker.await;
     factory.shutdown().await;
     http.abort();
+    worker?;
     let pick = |series: &str| body.lines().find(|l| l.starts_with(series)).unwrap_or("");
     println!("{}", pick("workqueue_adds_total"));
     println!("{}", pick("workqueue_retries_total"));
@@ -181,8 +200,14 @@ fn enqueue(queue: &RateLimitingQueue<ObjectKey>, cm: &ConfigMap) {
 /// Serves `/metrics` until aborted, one task per connection.
 async fn serve(listener: TcpListener, registry: Arc<Registry>) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, say: wait a little rather than spin.
+                eprintln!("metrics accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let registry = registry.clone();
         tokio::spawn(async move {

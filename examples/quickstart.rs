@@ -9,7 +9,12 @@
 //! crate's built-in fake API server, creates, updates and deletes a few ConfigMaps, shows each
 //! handler event, lister read and worker step, and exits. Pointed at a real cluster it watches
 //! that cluster's ConfigMaps (read-only) for `QUICKSTART_SECONDS` (default 10) and exits.
-//! `KUBE_INFORMER_FAKE=1` forces the fake server even when a cluster is configured.
+//! `KUBE_INFORMER_FAKE=1` forces the fake server even when a cluster is configured. A kubeconfig
+//! that is there but fails to load is reported, not replaced by the fake server.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+use cluster::cluster_client;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -25,11 +30,13 @@ use kube_informer::{
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let cluster = match std::env::var_os("KUBE_INFORMER_FAKE") {
-        Some(_) => None,
-        None => Client::try_default().await.ok(),
-    };
-    let (client, fake) = if let Some(client) = cluster {
+    // Warnings by default, so a cluster that cannot be listed says why while the sync waits.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let (client, fake) = if let Some(client) = cluster_client().await? {
         println!("using the cluster from your kubeconfig (read-only)");
         (client, None)
     } else {
@@ -102,8 +109,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
 
     factory.start();
-    let synced = factory.wait_for_cache_sync().await;
-    println!("caches synced: {synced:?}");
+    // client-go: `if !cache.WaitForCacheSync(...) { return err }`: no workers on a cache that
+    // never filled.
+    let synced = factory
+        .wait_for_cache_sync_timeout(Duration::from_secs(30))
+        .await;
+    println!("caches synced: {:?}", synced.synced);
+    if let Err(e) = synced.into_result() {
+        factory.shutdown().await;
+        return Err(format!(
+            "{e}: check that the API server is reachable and that your credentials may list \
+             and watch ConfigMaps (RBAC); RUST_LOG=kube_informer=debug shows the reflector's errors"
+        )
+        .into());
+    }
 
     // A worker: reads the current state from the lister, never from the event.
     let worker = {
@@ -152,8 +171,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     queue.shutdown_with_drain().await;
-    let reconciled = worker.await?;
+    let reconciled = worker.await;
     factory.shutdown().await;
+    let reconciled = reconciled?;
     println!("done: {reconciled} reconciles; informers stopped");
     Ok(())
 }

@@ -32,8 +32,10 @@
 //! - `compact` (feature): `CacheStorage::Compact`, caches that hold each object
 //!   zstd-compressed and decode it on demand.
 //!
-//! Objects are decoded once and shared as `Arc<K>` by the cache, the FIFO, every handler and every
-//! lister read.
+//! With the default [`CacheStorage::Decoded`], objects are decoded once and shared as `Arc<K>` by
+//! the cache, the FIFO, every handler and every lister read. A `CacheStorage::Compact` cache
+//! (feature `compact`) keeps them compressed instead, so a lister read of an object that nobody
+//! holds and that is not among its recently used ones decodes it again.
 //!
 //! # The whole flow
 //!
@@ -61,7 +63,13 @@
 //!         .on_add(move |cm: &Arc<ConfigMap>, _initial| { let _ = q.add(key_of(cm).unwrap()); }),
 //! )?;
 //! factory.start();
-//! factory.wait_for_cache_sync().await;
+//! // client-go: `if !cache.WaitForCacheSync(...) { return err }`. On a real cluster the error
+//! // names the informers that did not sync: check the API server is reachable and RBAC lets
+//! // the client list and watch them.
+//! factory
+//!     .wait_for_cache_sync_timeout(std::time::Duration::from_secs(30))
+//!     .await
+//!     .into_result()?;
 //!
 //! // A change on the server reaches the handler, then the queue.
 //! server.create(&ConfigMap {
@@ -133,9 +141,9 @@ mod testutil;
 /// the `try_` forms: [`DelayingQueue::try_new`], [`RateLimitingQueue::try_new`],
 /// [`SharedIndexInformer::try_start`], [`SharedInformerFactory::try_start`]).
 ///
-/// Each of those also has a form that hands the task back for the caller to run instead of
-/// spawning it ([`DelayingQueue::pair`], [`RateLimitingQueue::pair`],
-/// [`SharedIndexInformer::run`]).
+/// The queues and the informer also have a form that hands the task back for the caller to run
+/// instead of spawning it ([`DelayingQueue::pair`], [`RateLimitingQueue::pair`],
+/// [`SharedIndexInformer::run`]); the factory has none: it always spawns its informers' tasks.
 #[derive(Debug, thiserror::Error)]
 #[error("called outside a Tokio runtime, where the task it needs cannot be spawned")]
 pub struct NoRuntime {

@@ -15,8 +15,11 @@
 //!   catches a silently dead connection.
 //! - A watch that ends normally is restarted from the last version without a relist; a watch that
 //!   ends with 410 (or any other error event) leads to a relist from the last version. Connection
-//!   failures, dead (idle) connections and 429 back off and retry the watch. A watch that closes
-//!   in under a second with no events counts as a failure.
+//!   failures, 429 and a watch request left unanswered back off and retry the watch. An
+//!   established watch that goes silent past the idle timeout (a dead connection) is restarted
+//!   at once from the last version, on a new connection, with no backoff: only a failure of that
+//!   new request backs off. A watch that closes in under a second with no events counts as a
+//!   failure.
 //! - Between failures the reflector backs off exponentially ([`BackoffConfig`]), one step per
 //!   failure: a 410 on the first answer of a re-watch after a backoff step (the version was
 //!   compacted while the reflector waited) relists at once, so recovering from a cut takes one
