@@ -346,6 +346,7 @@ struct Observer {
     identity: String,
     renew_deadline: Duration,
     observed: watch::Sender<Observed>,
+    holder: watch::Sender<Option<String>>,
 }
 
 /// The wall and monotonic clocks, read together.
@@ -367,15 +368,26 @@ impl Clocks {
 impl Observer {
     /// `sent`: the clocks as the request was sent.
     fn observe(&self, status: http::StatusCode, body: &[u8], sent: Clocks) {
-        let seen = if status == http::StatusCode::NOT_FOUND {
-            Observed::Free
+        let (seen, holder) = if status == http::StatusCode::NOT_FOUND {
+            (Observed::Free, None)
         } else {
             match serde_json::from_slice::<Lease>(body) {
-                Ok(lease) => classify(&lease, &self.identity, self.renew_deadline, sent),
+                Ok(lease) => (
+                    classify(&lease, &self.identity, self.renew_deadline, sent),
+                    lease
+                        .spec
+                        .and_then(|s| s.holder_identity)
+                        .filter(|h| !h.is_empty()),
+                ),
                 // Not a Lease (a Status body of an error): says nothing about the holder.
                 Err(_) => return,
             }
         };
+        self.holder.send_if_modified(|current| {
+            let changed = *current != holder;
+            *current = holder;
+            changed
+        });
         self.observed
             .send_modify(|current| *current = merge(*current, seen));
     }
@@ -452,6 +464,7 @@ pub struct LeaderElector {
     config: LeaderElectionConfig,
     client: kube::Client,
     role: watch::Sender<Role>,
+    holder: watch::Sender<Option<String>>,
 }
 
 impl std::fmt::Debug for LeaderElector {
@@ -482,12 +495,22 @@ impl LeaderElector {
             config,
             client,
             role: watch::Sender::new(Role::Following),
+            holder: watch::Sender::new(None),
         })
     }
 
     /// The role, as it changes (`Leading` while the workers of a term may run).
     pub fn role(&self) -> watch::Receiver<Role> {
         self.role.subscribe()
+    }
+
+    /// The Lease's holder as last read while [`run`](Self::run) runs (client-go's `GetLeader`,
+    /// and its `OnNewLeader` as the changes of this channel): `None` until read, and while the
+    /// Lease names nobody or is gone. A follower reads the Lease every `retry_period`, so it
+    /// sees a new holder within about that. The holder named is not necessarily running its
+    /// workers yet (see [`Role`] for this replica's own).
+    pub fn holder(&self) -> watch::Receiver<Option<String>> {
+        self.holder.subscribe()
     }
 
     fn observed_client(&self) -> (kube::Client, watch::Receiver<Observed>) {
@@ -502,6 +525,7 @@ impl LeaderElector {
             identity: c.identity.clone(),
             renew_deadline: c.renew_deadline,
             observed: tx,
+            holder: self.holder.clone(),
         };
         (kube::Client::new(observer, c.namespace.clone()), rx)
     }

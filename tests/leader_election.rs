@@ -119,6 +119,7 @@ struct Replica {
     shutdown: watch::Sender<bool>,
     task: JoinHandle<Result<(), kube_informer::leader::Error>>,
     role: watch::Receiver<Role>,
+    holder: watch::Receiver<Option<String>>,
 }
 
 fn replica(
@@ -141,6 +142,7 @@ fn replica_on(
 ) -> Replica {
     let elector = LeaderElector::new(client, config).unwrap();
     let role = elector.role();
+    let holder = elector.holder();
     let (shutdown, mut shutdown_rx) = watch::channel(false);
     let (log, owner) = (log.clone(), name.to_string());
     let task = tokio::spawn(async move {
@@ -177,6 +179,7 @@ fn replica_on(
         shutdown,
         task,
         role,
+        holder,
     }
 }
 
@@ -219,6 +222,13 @@ async fn exactly_one_of_three_replicas_leads_and_keeps_leading() {
             Role::Following
         };
         assert_eq!(*r.role.borrow(), want, "{}", r.name);
+        // Every replica knows who leads (client-go's `GetLeader`).
+        assert_eq!(
+            r.holder.borrow().as_deref(),
+            Some(leader.as_str()),
+            "{}",
+            r.name
+        );
     }
     for r in replicas {
         r.shutdown.send_replace(true);
@@ -272,6 +282,17 @@ async fn crash_the_leader(wait_out_previous_leader: bool) -> (Duration, Duration
     );
     assert_ne!(next, leader);
     log.assert_no_overlap();
+    for r in &replicas {
+        // The survivors saw the new holder (client-go's `OnNewLeader`).
+        let mut holder = r.holder.clone();
+        tokio::time::timeout(
+            RETRY * 4,
+            holder.wait_for(|h| h.as_deref() == Some(next.as_str())),
+        )
+        .await
+        .expect(DEADLOCK)
+        .unwrap();
+    }
     for r in replicas {
         r.shutdown.send_replace(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), r.task)
