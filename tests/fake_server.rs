@@ -567,3 +567,34 @@ async fn drop_all_watches_closes_open_streams() {
         .expect(DEADLOCK);
     assert!(rest.iter().all(|r| r.is_err()));
 }
+
+/// The cacher sends the `k8s.io/initial-events-end` bookmark only to a watch that allows
+/// bookmarks (`isListWatchRequest` needs `allowWatchBookmarks`); validation does not require
+/// it. `resourceVersionMatch` with `continue` is forbidden on watches too.
+#[tokio::test]
+async fn initial_events_end_needs_allow_watch_bookmarks() {
+    let (s, _api) = server().await;
+    s.create(&cm("a", &[])).unwrap();
+    let path = "/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan";
+    let req = http::Request::get(path).body(Vec::new()).unwrap();
+    let stream = s.client().request_events::<ConfigMap>(req).await.unwrap();
+    wait_for_watchers(&s, 1).await;
+    s.create(&cm("b", &[])).unwrap();
+    let evs: Vec<_> = take_events(stream, 2).await.iter().map(describe).collect();
+    assert_eq!(evs, ["ADDED a", "ADDED b"]);
+
+    let req = http::Request::get(format!("{path}&continue=abc"))
+        .body(Vec::new())
+        .unwrap();
+    let Err(e) = s.client().request_events::<ConfigMap>(req).await else {
+        panic!("resourceVersionMatch with continue must be refused");
+    };
+    let e = api_err(e);
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(
+        e.message
+            .contains("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided"),
+        "{}",
+        e.message
+    );
+}

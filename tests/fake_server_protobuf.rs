@@ -806,3 +806,117 @@ async fn truncated_event_on_a_json_watch_is_a_partial_line() {
     );
     assert!(serde_json::from_slice::<Value>(&got).is_err());
 }
+
+/// A raw write with a JSON body: status and the `Status` (or object) it answered.
+async fn send_json(
+    s: &FakeApiServer,
+    method: http::Method,
+    path: &str,
+    content_type: &str,
+    body: &Value,
+) -> (u16, Value) {
+    let req = ok(http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(kube::client::Body::from(ok(serde_json::to_vec(body)))));
+    let resp = ok(s.client().send(req).await);
+    let status = resp.status().as_u16();
+    let bytes = ok(resp.into_body().collect().await).to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// kube-apiserver decodes a write into its Go type first: a value of the wrong JSON type is
+/// refused (400 for a body, 422 for a patch, 500 for an apply, as the handlers answer) and
+/// never stored, so watchers and protobuf lists never see it.
+#[tokio::test]
+async fn writes_of_the_wrong_json_type_are_refused_and_not_stored() {
+    let s = server().await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let (code, status) = send_json(
+        &s,
+        http::Method::POST,
+        path,
+        "application/json",
+        &json!({"metadata": {"name": "bad"}, "data": {"k": 5}}),
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")));
+    let message = status["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct field ConfigMap.data.k of type string"),
+        "{message}"
+    );
+    assert_eq!(s.current_resource_version(), 0);
+
+    ok(s.create(&config_map()));
+    let item = format!("{path}/cm");
+    let mut bad = ok(serde_json::to_value(config_map()));
+    bad["data"]["k"] = json!(true);
+    let (code, _) = send_json(&s, http::Method::PUT, &item, "application/json", &bad).await;
+    assert_eq!(code, 400);
+    let (code, status) = send_json(
+        &s,
+        http::Method::PATCH,
+        &item,
+        "application/merge-patch+json",
+        &json!({"data": {"k": 5}}),
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (422, Some("Invalid")));
+    assert_eq!(status["details"]["causes"][0]["field"], "patch");
+    let (code, _) = send_json(
+        &s,
+        http::Method::PATCH,
+        &item,
+        "application/json-patch+json",
+        &json!([{"op": "add", "path": "/binaryData/x", "value": "not base64!"}]),
+    )
+    .await;
+    assert_eq!(code, 422);
+    let (code, _) = send_json(
+        &s,
+        http::Method::PATCH,
+        &item,
+        "application/strategic-merge-patch+json",
+        &json!({"immutable": "yes"}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    let (code, status) = send_json(
+        &s,
+        http::Method::PATCH,
+        &format!("{item}?fieldManager=m"),
+        "application/apply-patch+yaml",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"k": 5}}),
+    )
+    .await;
+    assert_eq!(code, 500, "{status}");
+    let message = status["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with(
+            "failed to create typed patch object (default/cm; /v1, Kind=ConfigMap): .data.k"
+        ),
+        "{message}"
+    );
+    // Nothing was written, and the resource still lists in protobuf.
+    assert_eq!(s.current_resource_version(), 1);
+    let (code, _, _) = get(&s, path, Some(PB)).await;
+    assert_eq!(code, 200);
+
+    // What Go decodes is taken: lenient base64, nulls in maps.
+    let (code, status) = send_json(
+        &s,
+        http::Method::POST,
+        path,
+        "application/json",
+        &json!({"metadata": {"name": "ok"}, "data": {"k": null}, "binaryData": {"b": "aGl="}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{status}");
+    let (code, _, _) = get(&s, path, Some(PB)).await;
+    assert_eq!(code, 200);
+}

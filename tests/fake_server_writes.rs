@@ -522,7 +522,7 @@ async fn a_custom_resource_update_without_a_resource_version_is_invalid() {
     assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");
     assert_eq!(
         e.message,
-        "Widget.example.com \"w\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+        "widgets.example.com \"w\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
     );
     let mut status = widget("w", 1);
     status.status = Some(WidgetStatus { ready: true });
@@ -547,6 +547,71 @@ async fn a_custom_resource_update_without_a_resource_version_is_invalid() {
         .await
         .unwrap();
     assert_eq!(api.get("w").await.unwrap().spec.size, 4);
+}
+
+/// apiextensions-apiserver serves custom resources JSON patch, merge patch and apply only
+/// (`customresource_handler.go`): a strategic merge patch is `415`.
+#[tokio::test]
+async fn a_strategic_merge_patch_of_a_custom_resource_is_415() {
+    let s = FakeApiServer::start().await.unwrap();
+    s.register::<Widget>();
+    let api: Api<Widget> = Api::namespaced(s.client(), "default");
+    api.create(&PostParams::default(), &widget("w", 1))
+        .await
+        .unwrap();
+    let e = api_err(
+        api.patch("w", &pp(), &Patch::Strategic(json!({"spec": {"size": 2}})))
+            .await,
+    );
+    assert_eq!(
+        (e.code, e.reason.as_str()),
+        (415, "UnsupportedMediaType"),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.message,
+        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    );
+    assert_eq!(api.get("w").await.unwrap().spec.size, 1);
+}
+
+/// A patch is an update of the patched object (`store.go` `Update`): one that removes the
+/// resourceVersion is unconditional only where the kind allows it, else `422`, like a `PUT`.
+#[tokio::test]
+async fn a_patch_that_drops_the_resource_version_needs_an_unconditional_kind() {
+    let s = FakeApiServer::start_with_core().await.unwrap();
+    s.register::<Widget>();
+    let api: Api<Widget> = Api::namespaced(s.client(), "default");
+    api.create(&PostParams::default(), &widget("w", 1))
+        .await
+        .unwrap();
+    let drop_rv = json!({"metadata": {"resourceVersion": null}, "spec": {"size": 2}});
+    let e = api_err(api.patch("w", &pp(), &merge(drop_rv.clone())).await);
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");
+    assert_eq!(
+        e.message,
+        "widgets.example.com \"w\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    );
+    let e = api_err(
+        api.patch(
+            "w",
+            &pp(),
+            &json_patch(json!([{"op": "remove", "path": "/metadata/resourceVersion"}])),
+        )
+        .await,
+    );
+    assert_eq!(e.code, 422, "{e:?}");
+    assert_eq!(api.get("w").await.unwrap().spec.size, 1);
+    // A ConfigMap allows unconditional updates.
+    let cms: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    cms.patch(
+        "a",
+        &pp(),
+        &merge(json!({"metadata": {"resourceVersion": null}, "data": {"k": "2"}})),
+    )
+    .await
+    .unwrap();
 }
 
 /// Names: a lowercase RFC 1123 subdomain (most kinds' `NameIsDNSSubdomain`), and a
@@ -1100,5 +1165,37 @@ async fn a_no_op_update_of_foreign_managed_fields_is_not_written() {
     assert_eq!(
         replaced.metadata.managed_fields,
         created.metadata.managed_fields
+    );
+}
+
+/// `force` is read as apimachinery reads boolean parameters (`Convert_Slice_string_To_bool`):
+/// only `0` and `false` are false, anything else true, and the first value counts.
+#[tokio::test]
+async fn force_is_any_value_but_0_or_false() {
+    let (s, api) = server().await;
+    let applied = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": v}});
+    api.patch("a", &PatchParams::apply("one"), &Patch::Apply(applied("1")))
+        .await
+        .unwrap();
+    let apply = |query: &str, v: &str| {
+        let req = http::Request::patch(format!(
+            "/api/v1/namespaces/default/configmaps/a?fieldManager=two&{query}"
+        ))
+        .header(http::header::CONTENT_TYPE, "application/apply-patch+yaml")
+        .body(kube::client::Body::from(
+            applied(v).to_string().into_bytes(),
+        ))
+        .unwrap();
+        let client = s.client();
+        async move { client.send(req).await.unwrap().status().as_u16() }
+    };
+    assert_eq!(apply("force=0", "2").await, 409);
+    assert_eq!(apply("force=False", "2").await, 409);
+    assert_eq!(apply("force=false&force=true", "2").await, 409);
+    assert_eq!(apply("force=yes", "2").await, 200);
+    assert_eq!(apply("force=&force=false", "3").await, 200);
+    assert_eq!(
+        api.get("a").await.unwrap().data.unwrap()["k"],
+        "3".to_string()
     );
 }

@@ -13,7 +13,8 @@
 //!   [`BUILTIN`].
 //!
 //! The mapping, per [`Field`]: JSON keys the message does not have (and `apiVersion` / `kind`,
-//! which travel in the envelope) are left out, as is a key whose value is `null`; repeated
+//! which travel in the envelope) are left out, as is a key whose value is `null` (a `null` in a
+//! list or as a map value is the type's zero value, as Go's `encoding/json` decodes it); repeated
 //! fields are consecutive occurrences (unpacked, as proto2); map entries are `{key = 1,
 //! value = 2}` sorted by key, as Go sorts them; an inline field gathers the parent's keys into
 //! one nested message; fields go out in field-number order. A value of the wrong JSON type is
@@ -390,7 +391,12 @@ impl Encoder {
             Card::Single => self.value(out, field.number, field.ty, v, depth),
             Card::Repeated => {
                 let items = v.as_array().ok_or_else(|| wrong("an array", v))?;
+                let zero = null_as_zero(field.ty);
                 items.iter().enumerate().try_for_each(|(i, item)| {
+                    let item = match (item, &zero) {
+                        (Value::Null, Some(z)) => z,
+                        _ => item,
+                    };
                     self.value(out, field.number, field.ty, item, depth)
                         .map_err(|e| e.at(&Seg::Index(i)))
                 })
@@ -400,11 +406,21 @@ impl Encoder {
                 let mut keys: Vec<&String> = map.keys().collect();
                 // Go's generated marshallers sort map keys (byte order for strings).
                 keys.sort_unstable();
+                let zero = null_as_zero(field.ty);
                 for key in keys {
                     let Some(value) = map.get(key) else { continue };
+                    let value = match (value, &zero) {
+                        // A nil `[]byte` value: gogo writes the key alone.
+                        (Value::Null, Some(_)) if field.ty == Type::Bytes => None,
+                        (Value::Null, Some(z)) => Some(z),
+                        _ => Some(value),
+                    };
                     put_nested(out, field.number, |entry| {
                         map_key(entry, key_ty, key)?;
-                        self.value(entry, 2, field.ty, value, depth)
+                        match value {
+                            Some(value) => self.value(entry, 2, field.ty, value, depth),
+                            None => Ok(()),
+                        }
                     })
                     .map_err(|e| e.at(&Seg::Key(key)))?;
                 }
@@ -450,6 +466,7 @@ impl Encoder {
             Type::SchemaPropsOrStringArray(id) => put_nested(out, number, |out| match v {
                 Value::Object(_) => message(out, 1, id, v),
                 Value::Array(items) => items.iter().enumerate().try_for_each(|(i, item)| {
+                    let item = if item.is_null() { &EMPTY_STRING } else { item };
                     scalar(out, 2, Type::String, item).map_err(|e| e.at(&Seg::Index(i)))
                 }),
                 _ => Err(wrong("an object or an array", v)),
@@ -471,6 +488,36 @@ fn map_key(out: &mut Vec<u8>, ty: Type, key: &str) -> Result<(), EncodeError> {
         _ => return Err(invalid("map key type")),
     }
     Ok(())
+}
+
+/// `""`, what a `null` element of a `[]string` decodes to.
+static EMPTY_STRING: Value = Value::String(String::new());
+
+/// Unix seconds of Go's zero `time.Time`, `0001-01-01T00:00:00Z`.
+const GO_ZERO_TIME_UNIX: i64 = -62_135_596_800;
+
+/// What Go's `encoding/json` makes of a `null` element of a list or value of a map of `ty`: the
+/// type's zero value (a `null` field is left out instead, as the encoder leaves out any
+/// `null` key). `None` where Go's decoding of `null` fails (a `Duration`) or the value is kept
+/// as it is (raw JSON).
+fn null_as_zero(ty: Type) -> Option<Value> {
+    Some(match ty {
+        Type::String | Type::Bytes => Value::String(String::new()),
+        Type::Bool => Value::Bool(false),
+        Type::Int32 | Type::Int64 | Type::Uint32 | Type::Uint64 | Type::IntOrString => {
+            Value::from(0)
+        }
+        Type::Double | Type::Float => Value::from(0.0),
+        Type::Message(_) => Value::Object(Map::new()),
+        Type::Time | Type::MicroTime => Value::String("0001-01-01T00:00:00Z".into()),
+        Type::Quantity => Value::String("0".into()),
+        Type::Duration
+        | Type::RawJson
+        | Type::Strings
+        | Type::SchemaPropsOrArray(_)
+        | Type::SchemaPropsOrBool(_)
+        | Type::SchemaPropsOrStringArray(_) => return None,
+    })
 }
 
 /// A value of a non-message type (messages with fixed shapes included: times, quantities).
@@ -507,6 +554,12 @@ fn scalar(out: &mut Vec<u8>, number: u32, ty: Type, v: &Value) -> Result<(), Enc
         Type::Time | Type::MicroTime => {
             let (secs, nanos) =
                 parse_rfc3339(str_of(v)?).ok_or_else(|| invalid("RFC 3339 time"))?;
+            if secs == GO_ZERO_TIME_UNIX && nanos == 0 {
+                // Go's zero `time.Time` (`0001-01-01T00:00:00Z`): `Time.MarshalToSizedBuffer`
+                // and `MicroTime`'s write nothing when `IsZero`, so an empty message.
+                put_bytes(out, number, &[]);
+                return Ok(());
+            }
             // `Time.ProtoTime` drops the fraction (its JSON has whole seconds); `MicroTime`
             // keeps microseconds. Both write `nanos`, even 0.
             let nanos = if ty == Type::Time {
@@ -566,11 +619,12 @@ fn scalar(out: &mut Vec<u8>, number: u32, ty: Type, v: &Value) -> Result<(), Enc
                 .ok_or_else(|| wrong("an array of strings", v))?;
             put_nested(out, number, |m| {
                 items.iter().enumerate().try_for_each(|(i, item)| {
-                    put_bytes(
-                        m,
-                        1,
-                        str_of(item).map_err(|e| e.at(&Seg::Index(i)))?.as_bytes(),
-                    );
+                    // A `null` element is "", as Go decodes it into a `[]string`.
+                    let text = match item {
+                        Value::Null => "",
+                        _ => str_of(item).map_err(|e| e.at(&Seg::Index(i)))?,
+                    };
+                    put_bytes(m, 1, text.as_bytes());
                     Ok(())
                 })
             })?;
@@ -662,7 +716,10 @@ pub fn encode_watch_event(
     Encoder::default().watch_event(event_type, api_version, kind, obj)
 }
 
-/// Standard base64 (RFC 4648, `+/`), with or without `=` padding, as Go's `[]byte` JSON.
+/// Standard base64 (RFC 4648, `+/`) as Go's `encoding/json` reads a `[]byte`
+/// (`base64.StdEncoding.Decode`): `\r` and `\n` anywhere are skipped, `=` padding is
+/// required, and non-zero trailing bits in the last quantum are ignored (the encoding is not
+/// `Strict`).
 fn base64_decode(s: &str) -> Result<Vec<u8>, EncodeError> {
     fn sextet(c: u8) -> Option<u32> {
         match c {
@@ -674,40 +731,30 @@ fn base64_decode(s: &str) -> Result<Vec<u8>, EncodeError> {
             _ => None,
         }
     }
-    let bytes = s.as_bytes();
-    let trimmed = match bytes {
-        [rest @ .., b'=', b'='] | [rest @ .., b'='] => rest,
-        _ => bytes,
-    };
-    if bytes.len() != trimmed.len() && !bytes.len().is_multiple_of(4) {
+    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'\r' && c != b'\n').collect();
+    if !bytes.len().is_multiple_of(4) {
         return Err(invalid("base64"));
     }
-    if trimmed.len() % 4 == 1 {
-        return Err(invalid("base64"));
-    }
-    let mut out = Vec::with_capacity(trimmed.len() / 4 * 3 + 2);
-    for chunk in trimmed.chunks(4) {
+    let quanta = bytes.len() / 4;
+    let mut out = Vec::with_capacity(quanta * 3);
+    for (q, chunk) in bytes.chunks(4).enumerate() {
+        // `=` only ends the last quantum, as `==` or `=`.
+        let data = match chunk {
+            [a, b, b'=', b'='] => &[*a, *b][..],
+            [a, b, c, b'='] => &[*a, *b, *c][..],
+            _ => chunk,
+        };
+        if data.len() < 4 && q + 1 != quanta {
+            return Err(invalid("base64"));
+        }
         let mut acc = 0u32;
-        for &c in chunk {
+        for &c in data {
             acc = acc << 6 | sextet(c).ok_or_else(|| invalid("base64"))?;
         }
+        // Shift into a full 24-bit quantum; the bits past the data are dropped.
+        acc <<= 6 * (4 - data.len());
         let be = acc.to_be_bytes();
-        match chunk.len() {
-            4 => out.extend_from_slice(&be[1..4]),
-            3 => {
-                if acc & 0b11 != 0 {
-                    return Err(invalid("base64"));
-                }
-                out.extend_from_slice(&(acc >> 2).to_be_bytes()[2..4]);
-            }
-            2 => {
-                if acc & 0b1111 != 0 {
-                    return Err(invalid("base64"));
-                }
-                out.push((acc >> 4) as u8);
-            }
-            _ => return Err(invalid("base64")),
-        }
+        out.extend_from_slice(&be[1..data.len()]);
     }
     Ok(out)
 }

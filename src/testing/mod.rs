@@ -17,7 +17,11 @@
 //!   `timeoutSeconds`, `sendInitialEvents` with the `k8s.io/initial-events-end` bookmark;
 //! - a bounded event history ([`compact`](FakeApiServer::compact),
 //!   [`set_history_limit`](FakeApiServer::set_history_limit)): older RVs get `410 Expired`;
-//! - label selectors (full syntax) and `metadata.name` / `metadata.namespace` field selectors;
+//! - label selectors (full syntax) and `metadata.name` / `metadata.namespace` field selectors,
+//!   parsed as `fields.ParseSelector` (`\,` `\=` `\\` escapes, no trimming; a cluster-scoped
+//!   custom resource has no `metadata.namespace` field, `400`);
+//! - boolean query parameters (`watch`, `allowWatchBookmarks`, `sendInitialEvents`, `force`)
+//!   false only for `0` or `false` (any case), and the first of a repeated parameter counts;
 //! - metadata-only (`PartialObjectMetadata`) responses;
 //! - kube-apiserver's protobuf (`application/vnd.kubernetes.protobuf`) for built-in kinds and
 //!   metadata-only requests, when the `Accept` header prefers it: objects, lists, watch frames
@@ -68,8 +72,10 @@
 //!   ends, as kube-apiserver does; an `N` above the current RV is a `504` "Too large resource
 //!   version" response.
 //! - `sendInitialEvents=true` (requires `resourceVersionMatch=NotOlderThan`, else `422
-//!   Invalid` as `ValidateListOptions` does): synthetic `ADDED` events for the current state,
-//!   a `BOOKMARK` annotated `k8s.io/initial-events-end: "true"`, then live events. With
+//!   Invalid` as `ValidateListOptions` does, which also refuses `resourceVersionMatch` with
+//!   `continue`): synthetic `ADDED` events for the current state, a `BOOKMARK` annotated
+//!   `k8s.io/initial-events-end: "true"` (only with `allowWatchBookmarks=true`, as the watch
+//!   cache sends it), then live events. With
 //!   [`set_watch_list_supported(false)`](FakeApiServer::set_watch_list_supported) the server
 //!   acts like one without the `WatchList` feature: such requests get `422 Invalid`
 //!   ("sendInitialEvents is forbidden for watch unless the WatchList feature gate is
@@ -98,11 +104,18 @@
 //! As kube-apiserver's generic registry (`registry/generic/registry/store.go`, `rest.BeforeCreate`
 //! / `BeforeUpdate`, `handlers/patch.go`), for a client over HTTP:
 //!
+//! - **Types**: a write of a built-in kind whose object does not decode into the Go type (a
+//!   value of the wrong JSON type, bad base64, a malformed time) is refused before anything is
+//!   stored: `400 BadRequest` for a `POST`/`PUT` body ("ConfigMap in version "v1" cannot be
+//!   handled as a ConfigMap: json: cannot unmarshal ..."), `422 Invalid` on `patch` for a
+//!   JSON, merge or strategic merge patch, `500` ("failed to create typed patch object") for
+//!   an apply. Direct methods do not check, so a test can still seed such an object.
 //! - **Optimistic concurrency**: an update or patch whose `metadata.resourceVersion` is not the
-//!   stored one gets `409 Conflict`; without one (a patch that does not set it) it is
-//!   unconditional, except an update (`PUT`) of a custom resource or its status, or of a
-//!   `Lease`, `CustomResourceDefinition` or `APIService`, which gets `422 Invalid` ("must be
-//!   specified for an update"), as their strategies do not allow unconditional updates. A create that sets a `resourceVersion` gets `500` ("resourceVersion should
+//!   stored one gets `409 Conflict`; a patch keeps the stored one unless it removes it. Without
+//!   one the write is unconditional, except for a custom resource or its status, or a `Lease`,
+//!   `CustomResourceDefinition` or `APIService`, which gets `422 Invalid`
+//!   ("widgets.example.com "w" is invalid: ... must be specified for an update"), as their
+//!   strategies do not allow unconditional updates. A create that sets a `resourceVersion` gets `500` ("resourceVersion should
 //!   not be set on objects to be created", as etcd3's store answers); one of an existing name
 //!   `409 AlreadyExists`. `uid`, `creationTimestamp` and, once set, `deletionTimestamp` and
 //!   `deletionGracePeriodSeconds` are kept from the stored object; changing the `uid` or
@@ -117,7 +130,8 @@
 //!   operation; a failing `test` or a missing path is `422 Invalid`, a body that is not a patch
 //!   `400`), applied to the stored object, then stored as an update, so every rule here applies
 //!   to the result. A patch of a missing object is `404`.
-//! - **Strategic merge patch** (`application/strategic-merge-patch+json`) of maps and scalars:
+//! - **Strategic merge patch** (`application/strategic-merge-patch+json`; `415` for custom
+//!   resources, as apiextensions-apiserver serves them none) of maps and scalars:
 //!   without lists and `$`-directives it merges exactly as a JSON merge patch (`null` deletes).
 //!   A body with a list anywhere, or a directive, is refused with `415` naming the field, since
 //!   list merging follows per-field `patchStrategy` tags the fake server does not have.
@@ -128,7 +142,7 @@
 //!   with its `FieldsV1` set of leaf fields. A non-forced apply that sets a field another entry
 //!   owns to a different value is `409 Conflict` (reason `Conflict`, one `FieldManagerConflict`
 //!   cause per field, "conflict with "m" using v1: .data.k"); an equal value is shared
-//!   ownership; `force=true` takes the fields. Fields the manager applied before and leaves out
+//!   ownership; `force` (any value but `0` / `false`) takes the fields. Fields the manager applied before and leaves out
 //!   now are removed unless another entry owns them. Once an object has managed fields, every
 //!   other write (PUT, any patch) is recorded as an `Update` by its `fieldManager` (else the
 //!   User-Agent up to its first `/`): it takes the fields it changes from every other entry,

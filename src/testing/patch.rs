@@ -36,7 +36,8 @@ const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
 const APPLY_PATCH_YAML: &str = "application/apply-patch+yaml";
 const APPLY_PATCH_CBOR: &str = "application/apply-patch+cbor";
 
-/// What the fake server accepts, in the order the 415 message lists them.
+/// What the fake server accepts for built-in kinds, in the order the 415 message lists them
+/// (the apiserver's `installer.go`).
 const ACCEPTED: &[&str] = &[
     JSON_PATCH,
     MERGE_PATCH,
@@ -44,13 +45,19 @@ const ACCEPTED: &[&str] = &[
     APPLY_PATCH_YAML,
 ];
 
+/// What it accepts for custom resources: no strategic merge patch, as apiextensions-apiserver's
+/// `customresource_handler.go` serves them (CR types have no Go struct tags to merge by).
+const ACCEPTED_CUSTOM: &[&str] = &[JSON_PATCH, MERGE_PATCH, APPLY_PATCH_YAML];
+
 /// The maximum number of operations in one JSON patch (`maxJSONPatchOperations`).
 const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 
 impl PatchType {
     /// The patch type of a `Content-Type` header (parameters such as `charset` ignored, as the
-    /// apiserver does), or the `415` the request gets.
-    pub fn from_content_type(content_type: Option<&str>) -> Result<Self, ApiError> {
+    /// apiserver does), or the `415` the request gets; `builtin` is false for a custom
+    /// resource, which takes no strategic merge patch.
+    pub fn from_content_type(content_type: Option<&str>, builtin: bool) -> Result<Self, ApiError> {
+        let accepted = if builtin { ACCEPTED } else { ACCEPTED_CUSTOM };
         let media = content_type
             .unwrap_or("")
             .split(';')
@@ -60,15 +67,15 @@ impl PatchType {
         match media {
             JSON_PATCH => Ok(Self::Json),
             MERGE_PATCH => Ok(Self::Merge),
-            STRATEGIC_MERGE_PATCH => Ok(Self::Strategic),
+            STRATEGIC_MERGE_PATCH if builtin => Ok(Self::Strategic),
             APPLY_PATCH_YAML => Ok(Self::Apply),
             APPLY_PATCH_CBOR => Err(ApiError::unsupported_media_type(
-                ACCEPTED,
+                accepted,
                 Some(
                     "the fake API server does not decode CBOR: send the apply configuration as JSON",
                 ),
             )),
-            _ => Err(ApiError::unsupported_media_type(ACCEPTED, None)),
+            _ => Err(ApiError::unsupported_media_type(accepted, None)),
         }
     }
 }
@@ -155,23 +162,23 @@ mod tests {
     #[test]
     fn content_types_map_to_patch_types_or_415() {
         assert_eq!(
-            PatchType::from_content_type(Some("application/merge-patch+json; charset=utf-8")),
+            PatchType::from_content_type(Some("application/merge-patch+json; charset=utf-8"), true),
             Ok(PatchType::Merge)
         );
         assert_eq!(
-            PatchType::from_content_type(Some(JSON_PATCH)),
+            PatchType::from_content_type(Some(JSON_PATCH), true),
             Ok(PatchType::Json)
         );
         assert_eq!(
-            PatchType::from_content_type(Some(STRATEGIC_MERGE_PATCH)),
+            PatchType::from_content_type(Some(STRATEGIC_MERGE_PATCH), true),
             Ok(PatchType::Strategic)
         );
         assert_eq!(
-            PatchType::from_content_type(Some(APPLY_PATCH_YAML)),
+            PatchType::from_content_type(Some(APPLY_PATCH_YAML), true),
             Ok(PatchType::Apply)
         );
         for refused in [Some(APPLY_PATCH_CBOR), Some("text/plain"), None] {
-            let e = PatchType::from_content_type(refused).unwrap_err();
+            let e = PatchType::from_content_type(refused, true).unwrap_err();
             assert_eq!(
                 (e.code, e.reason),
                 (415, "UnsupportedMediaType"),
@@ -179,8 +186,25 @@ mod tests {
             );
             assert!(e.message.contains(MERGE_PATCH), "{}", e.message);
         }
-        let cbor = PatchType::from_content_type(Some(APPLY_PATCH_CBOR)).unwrap_err();
+        let cbor = PatchType::from_content_type(Some(APPLY_PATCH_CBOR), true).unwrap_err();
         assert!(cbor.message.contains("CBOR"), "{}", cbor.message);
+    }
+
+    #[test]
+    fn custom_resources_take_no_strategic_merge_patch() {
+        let e = PatchType::from_content_type(Some(STRATEGIC_MERGE_PATCH), false).unwrap_err();
+        assert_eq!((e.code, e.reason), (415, "UnsupportedMediaType"));
+        assert_eq!(
+            e.message,
+            "the body of the request was in an unknown format - accepted media types include: \
+             application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+        );
+        for ok in [JSON_PATCH, MERGE_PATCH, APPLY_PATCH_YAML] {
+            assert!(
+                PatchType::from_content_type(Some(ok), false).is_ok(),
+                "{ok}"
+            );
+        }
     }
 
     #[test]

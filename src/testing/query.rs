@@ -37,7 +37,9 @@ pub struct QueryParams {
 }
 
 impl QueryParams {
-    /// Parses a raw query string (`a=b&c=d`), URL-decoding keys and values.
+    /// Parses a raw query string (`a=b&c=d`), URL-decoding keys and values. Of a repeated
+    /// parameter the first value counts, as apimachinery's `Convert_Slice_string_To_*` take
+    /// `values[0]`.
     pub(crate) fn parse(query: Option<&str>) -> Self {
         let mut q = QueryParams::default();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -57,12 +59,14 @@ impl QueryParams {
                 "shardSelector" => &mut q.shard_selector,
                 _ => continue,
             };
-            *slot = Some(v);
+            if slot.is_none() {
+                *slot = Some(v);
+            }
         }
         q
     }
 
-    /// Whether this request asks for a watch (`watch=true` or `watch=1`).
+    /// Whether this request asks for a watch (`watch` present and not `0` or `false`).
     pub fn is_watch(&self) -> bool {
         flag(self.watch.as_deref())
     }
@@ -72,9 +76,10 @@ impl QueryParams {
     }
 }
 
-/// Go's `strconv.ParseBool` truth values, which the API server uses for boolean parameters.
+/// A boolean query parameter as apimachinery's `Convert_Slice_string_To_bool` reads it: absent
+/// is false, and so are `0` and `false` in any case; anything else (`""`, `yes`, `1`) is true.
 pub(crate) fn flag(v: Option<&str>) -> bool {
-    matches!(v, Some("true" | "1" | "t" | "T" | "TRUE" | "True"))
+    v.is_some_and(|s| s != "0" && !s.eq_ignore_ascii_case("false"))
 }
 
 /// Decodes `application/x-www-form-urlencoded` text; malformed escapes are kept verbatim rather
@@ -368,28 +373,27 @@ enum Field {
 }
 
 /// A parsed field selector; only the fields every resource supports are accepted, like the
-/// generic registry's `DefaultClusterScopedAttr`/`DefaultNamespaceScopedAttr`.
+/// generic registry's `DefaultClusterScopedAttr`/`DefaultNamespaceScopedAttr` (and, for a
+/// cluster-scoped custom resource, `metadata.name` only, as apiextensions' `crConverter`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct FieldSelector(Vec<FieldRequirement>);
 
 impl FieldSelector {
-    pub fn parse(input: &str) -> Result<Self, ApiError> {
+    /// Parses as apimachinery's `fields.ParseSelector`: terms split on unescaped commas, each
+    /// split at its leftmost operator (`!=`, `==`, `=`), nothing trimmed, values unescaped
+    /// (`\,` `\=` `\\`); `namespace_field` says whether `metadata.namespace` is supported.
+    pub fn parse(input: &str, namespace_field: bool) -> Result<Self, ApiError> {
         let mut reqs = Vec::new();
-        for part in input.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (field, value, equal) = if let Some((f, v)) = part.split_once("!=") {
-                (f, v, false)
-            } else if let Some((f, v)) = part.split_once("==") {
-                (f, v, true)
-            } else if let Some((f, v)) = part.split_once('=') {
-                (f, v, true)
-            } else {
+        for part in split_terms(input).into_iter().filter(|p| !p.is_empty()) {
+            let Some((field, equal, value)) = split_term(part) else {
                 return Err(ApiError::bad_request(format!(
-                    "invalid field selector {input:?}: invalid selector: '{part}'; can't understand '{part}'"
+                    "invalid selector: '{input}'; can't understand '{part}'"
                 )));
             };
-            let field = match field.trim() {
+            let value = unescape_value(value).map_err(ApiError::bad_request)?;
+            let field = match field {
                 "metadata.name" => Field::Name,
-                "metadata.namespace" => Field::Namespace,
+                "metadata.namespace" if namespace_field => Field::Namespace,
                 other => {
                     return Err(ApiError::bad_request(format!(
                         "field label not supported: {other}"
@@ -398,7 +402,7 @@ impl FieldSelector {
             };
             reqs.push(FieldRequirement {
                 field,
-                value: value.trim().to_string(),
+                value,
                 equal,
             });
         }
@@ -417,6 +421,77 @@ impl FieldSelector {
     }
 }
 
+/// `fields.splitTerms`: the selector split on commas a backslash does not escape.
+fn split_terms(input: &str) -> Vec<&str> {
+    if input.is_empty() {
+        return Vec::new();
+    }
+    let mut terms = Vec::new();
+    let mut start = 0;
+    let mut in_slash = false;
+    for (i, c) in input.char_indices() {
+        match c {
+            _ if in_slash => in_slash = false,
+            '\\' => in_slash = true,
+            ',' => {
+                terms.push(&input[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&input[start..]);
+    terms
+}
+
+/// `fields.splitTerm`: the field, whether the operator is an equality, and the raw value, at
+/// the leftmost operator (`!=` before `==` before `=` at each position).
+fn split_term(term: &str) -> Option<(&str, bool, &str)> {
+    for (i, _) in term.char_indices() {
+        let rest = &term[i..];
+        for (op, equal) in [("!=", false), ("==", true), ("=", true)] {
+            if let Some(value) = rest.strip_prefix(op) {
+                return Some((&term[..i], equal, value));
+            }
+        }
+    }
+    None
+}
+
+/// `fields.UnescapeValue`: `\\`, `\,` and `\=` are the only escapes; an unescaped `,` or
+/// `=`, or any other escape, is an error.
+fn unescape_value(s: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut in_slash = false;
+    for c in s.chars() {
+        if in_slash {
+            if !matches!(c, '\\' | ',' | '=') {
+                return Err(format!(
+                    "invalid field selector: invalid escape sequence: \\{c}"
+                ));
+            }
+            out.push(c);
+            in_slash = false;
+            continue;
+        }
+        match c {
+            '\\' => in_slash = true,
+            // Go prints the rune with `%v`: its code point.
+            ',' | '=' => {
+                return Err(format!(
+                    "invalid field selector: unescaped character in value: {}",
+                    u32::from(c)
+                ));
+            }
+            _ => out.push(c),
+        }
+    }
+    if in_slash {
+        return Err("invalid field selector: invalid escape sequence: \\".into());
+    }
+    Ok(out)
+}
+
 /// Label and field selectors of a list or watch.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Filter {
@@ -429,11 +504,13 @@ pub(crate) struct Filter {
 }
 
 impl Filter {
-    /// The request's filter; `sharding` says whether the server honours `shardSelector`.
+    /// The request's filter; `sharding` says whether the server honours `shardSelector`,
+    /// `namespace_field` whether `metadata.namespace` may be selected on.
     pub fn from_query(
         q: &QueryParams,
         namespace: Option<String>,
         sharding: bool,
+        namespace_field: bool,
     ) -> Result<Self, ApiError> {
         let shard = match q.shard_selector.as_deref() {
             Some(s) if sharding => Some(
@@ -448,7 +525,7 @@ impl Filter {
             None => LabelRequirements::default(),
         };
         let fields = match q.field_selector.as_deref() {
-            Some(s) => FieldSelector::parse(s)?,
+            Some(s) => FieldSelector::parse(s, namespace_field)?,
             None => FieldSelector::default(),
         };
         Ok(Self {
@@ -561,6 +638,24 @@ mod tests {
     }
 
     #[test]
+    fn boolean_parameters_are_true_unless_0_or_false_and_the_first_value_wins() {
+        for t in ["true", "1", "", "yes", "True", "on"] {
+            assert!(flag(Some(t)), "{t:?}");
+        }
+        for f in ["0", "false", "FALSE", "False"] {
+            assert!(!flag(Some(f)), "{f:?}");
+        }
+        assert!(!flag(None));
+        let q = QueryParams::parse(Some(
+            "watch=false&watch=true&resourceVersion=1&resourceVersion=2",
+        ));
+        assert!(!q.is_watch());
+        assert_eq!(q.resource_version.as_deref(), Some("1"));
+        assert!(QueryParams::parse(Some("watch")).is_watch());
+        assert!(QueryParams::parse(Some("allowWatchBookmarks=yes")).bookmarks());
+    }
+
+    #[test]
     fn continue_token_round_trips_and_rejects_garbage() {
         let t = encode_continue(ContinueAt::Snapshot(42), "ns/name");
         assert_eq!(
@@ -582,21 +677,78 @@ mod tests {
     fn field_selector_supports_name_and_namespace_only() {
         let obj = json!({"metadata": {"name": "a", "namespace": "ns"}});
         assert!(
-            FieldSelector::parse("metadata.name=a")
+            FieldSelector::parse("metadata.name=a", true)
                 .unwrap()
                 .matches(&obj)
         );
         assert!(
-            FieldSelector::parse("metadata.name==a,metadata.namespace=ns")
+            FieldSelector::parse("metadata.name==a,metadata.namespace=ns", true)
                 .unwrap()
                 .matches(&obj)
         );
         assert!(
-            !FieldSelector::parse("metadata.namespace!=ns")
+            !FieldSelector::parse("metadata.namespace!=ns", true)
                 .unwrap()
                 .matches(&obj)
         );
-        assert_eq!(FieldSelector::parse("spec.x=1").unwrap_err().code, 400);
-        assert_eq!(FieldSelector::parse("metadata.name").unwrap_err().code, 400);
+        assert_eq!(
+            FieldSelector::parse("spec.x=1", true).unwrap_err().code,
+            400
+        );
+        assert_eq!(
+            FieldSelector::parse("metadata.name", true)
+                .unwrap_err()
+                .code,
+            400
+        );
+    }
+
+    #[test]
+    fn field_selectors_parse_as_apimachinery() {
+        let parse = |s: &str| FieldSelector::parse(s, true);
+        let obj = |name: &str| json!({"metadata": {"name": name, "namespace": "ns"}});
+        // Escaped commas and equals signs are part of the value.
+        let sel = parse(r"metadata.name=a\,b\=c\\d").unwrap();
+        assert!(sel.matches(&obj(r"a,b=c\d")));
+        // The leftmost operator: `!=` at the first position it can start.
+        let sel = parse("metadata.name!=x").unwrap();
+        assert!(!sel.matches(&obj("x")) && sel.matches(&obj("y")));
+        // No trimming: a space is part of the field (unsupported) or the value.
+        assert_eq!(
+            parse("metadata.name = a").unwrap_err().message,
+            "field label not supported: metadata.name "
+        );
+        assert!(parse("metadata.name= a").unwrap().matches(&obj(" a")));
+        assert!(!parse("metadata.name= a").unwrap().matches(&obj("a")));
+        // Empty terms are skipped.
+        assert!(parse(",metadata.name=a,").unwrap().matches(&obj("a")));
+        for (bad, why) in [
+            (
+                "metadata.name=a=b",
+                "invalid field selector: unescaped character in value: 61",
+            ),
+            (
+                "metadata.name==a=b",
+                "invalid field selector: unescaped character in value: 61",
+            ),
+            (
+                r"metadata.name=a\x",
+                r"invalid field selector: invalid escape sequence: \x",
+            ),
+            (
+                r"metadata.name=a\",
+                r"invalid field selector: invalid escape sequence: \",
+            ),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!((e.code, e.message.as_str()), (400, why), "{bad}");
+        }
+        // Cluster-scoped custom resources have no `metadata.namespace` field.
+        let e = FieldSelector::parse("metadata.namespace=ns", false).unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "field label not supported: metadata.namespace")
+        );
+        assert!(FieldSelector::parse("metadata.name=a", false).is_ok());
     }
 }

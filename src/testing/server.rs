@@ -115,6 +115,107 @@ fn encode_failed(e: crate::protobuf::encode::EncodeError) -> ApiError {
     )
 }
 
+/// How a write answers a body that does not decode into its Go type.
+#[derive(Debug, Clone, Copy)]
+enum Decode<'a> {
+    /// `POST` / `PUT`: the request body is decoded first; `transformDecodeError` makes a
+    /// failure `400 BadRequest` ("ConfigMap in version "v1" cannot be handled as a ConfigMap:
+    /// ..."), and nothing is stored.
+    Body,
+    /// A JSON or JSON merge patch: `jsonPatcher` decodes the patched JSON into the type, a
+    /// failure is `422 Invalid` on `patch` whose value is the patched object.
+    PatchedJson,
+    /// A strategic merge patch: `smpPatcher` converts the patched map, a failure is `422
+    /// Invalid` on `patch` whose value is the patch.
+    Strategic(&'a [u8]),
+    /// Server-side apply: the field manager's `failed to create typed patch object` is a plain
+    /// error, so `500` with the reason left empty.
+    Apply {
+        namespace: Option<&'a str>,
+        name: &'a str,
+    },
+}
+
+/// kube-apiserver decodes every object it writes into its Go type, so a value of the wrong
+/// JSON type (`{"data": {"k": 5}}` in a ConfigMap) is refused and never stored. For the kinds
+/// the protobuf schema knows this is the encoder's check: what it cannot encode, Go could not
+/// have decoded. Custom resources are not checked (apiextensions validates them against
+/// their OpenAPI schema, which the fake server does not have).
+fn check_types(info: &ResourceInfo, obj: &Value, how: Decode<'_>) -> Result<(), ApiError> {
+    let encoder = crate::protobuf::encode::Encoder::default();
+    let api_version = info.api_version();
+    if !encoder.has_kind(&api_version, &info.kind) {
+        return Ok(());
+    }
+    let Err(e) = encoder.object(&api_version, &info.kind, obj) else {
+        return Ok(());
+    };
+    let detail = decode_error(&info.kind, &e);
+    Err(match how {
+        Decode::Body => ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {detail}",
+            kind = info.kind,
+            version = info.version,
+        )),
+        Decode::PatchedJson => patch_invalid(obj.to_string(), detail),
+        Decode::Strategic(body) => patch_invalid(String::from_utf8_lossy(body).into(), detail),
+        Decode::Apply { namespace, name } => {
+            let group_version = if info.group.is_empty() {
+                format!("/{}", info.version)
+            } else {
+                api_version.clone()
+            };
+            ApiError::new(
+                500,
+                "",
+                format!(
+                    "failed to create typed patch object ({}/{name}; {group_version}, Kind={}): {}",
+                    namespace.unwrap_or(""),
+                    info.kind,
+                    e
+                ),
+            )
+        }
+    })
+}
+
+/// `errors.NewInvalid(schema.GroupKind{}, "", field.Invalid(field.NewPath("patch"), value,
+/// detail))`.
+fn patch_invalid(value: String, detail: String) -> ApiError {
+    let body = format!("Invalid value: {}: {detail}", Value::String(value));
+    let mut e = ApiError::new(422, "Invalid", format!(" \"\" is invalid: patch: {body}"));
+    e.causes.push(super::query::Cause {
+        reason: "FieldValueInvalid",
+        message: body,
+        field: Some("patch".into()),
+    });
+    e
+}
+
+/// An encoder error in the words of Go's `encoding/json` ("json: cannot unmarshal number into
+/// Go struct field ConfigMap.data.k of type string"); never the value itself.
+fn decode_error(kind: &str, e: &crate::protobuf::encode::EncodeError) -> String {
+    use crate::protobuf::encode::EncodeError;
+    let bare = |s: &str| {
+        s.strip_prefix("an ")
+            .or_else(|| s.strip_prefix("a "))
+            .unwrap_or(s)
+            .to_string()
+    };
+    match e {
+        EncodeError::WrongType {
+            path,
+            expected,
+            found,
+        } => format!(
+            "json: cannot unmarshal {} into Go struct field {kind}{path} of type {}",
+            bare(found),
+            bare(expected)
+        ),
+        other => format!("json: cannot unmarshal into Go struct field {kind}: {other}"),
+    }
+}
+
 fn error_response(wire: Wire, e: &ApiError) -> Response<Body> {
     let (bytes, content_type) = wire::status_body(wire, &e.status_json());
     let mut resp = bytes_response(e.code, bytes, content_type);
@@ -292,8 +393,11 @@ impl WriteParams {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match url_decode(k).as_str() {
                 "dryRun" => p.dry_run.push(url_decode(v)),
-                "force" => p.force = Some(url_decode(v)),
-                "fieldManager" => p.field_manager = Some(url_decode(v)),
+                // The first value of a repeated parameter counts.
+                "force" if p.force.is_none() => p.force = Some(url_decode(v)),
+                "fieldManager" if p.field_manager.is_none() => {
+                    p.field_manager = Some(url_decode(v));
+                }
                 _ => {}
             }
         }
@@ -427,12 +531,14 @@ fn dispatch(
         (&Method::POST, None) => {
             let mode = WriteMode::api(Part::Main, write_dry_run(&request, "CreateOptions")?);
             let obj = parse_json(&request.body)?;
+            check_types(&info, &obj, Decode::Body)?;
             let v = shared.store.lock().create(route.res, ns, obj, mode)?;
             object_response(wire, &info, 201, &v)
         }
         (&Method::PUT, Some(name)) => {
-            let mode = WriteMode::api_update(part, write_dry_run(&request, "UpdateOptions")?);
+            let mode = WriteMode::api(part, write_dry_run(&request, "UpdateOptions")?);
             let obj = parse_json(&request.body)?;
+            check_types(&info, &obj, Decode::Body)?;
             let mut store = shared.store.lock();
             // A tracked object's managed fields follow the update (`fields::record_update`).
             let obj = match store.get(route.res, ns, name) {
@@ -449,7 +555,8 @@ fn dispatch(
         }
         (&Method::PATCH, Some(name)) => {
             // As `PatchResource`: the content type first, then the options, then the body.
-            let kind = PatchType::from_content_type(request.content_type.as_deref())?;
+            let kind =
+                PatchType::from_content_type(request.content_type.as_deref(), info.is_builtin())?;
             if request.options.force.is_some() && kind != PatchType::Apply {
                 return Err(ApiError::new(
                     422,
@@ -466,6 +573,11 @@ fn dispatch(
             let mut store = shared.store.lock();
             let current = store.get(route.res, ns, name)?;
             let patched = patch::apply(kind, &current, &request.body)?;
+            let how = match kind {
+                PatchType::Strategic => Decode::Strategic(&request.body),
+                _ => Decode::PatchedJson,
+            };
+            check_types(&info, &patched, how)?;
             let patched =
                 fields::record_update(&current, patched, &request.update_manager(), ignore_status);
             // The patched object is then an update: a resourceVersion the patch sets is a
@@ -483,7 +595,7 @@ fn dispatch(
 }
 
 /// Server-side apply (`PATCH` with `application/apply-patch+yaml`): `fieldManager` is required,
-/// `force` must be `true` or `false`; an apply to a missing object creates it (201), as the
+/// `force` is a boolean parameter (see `flag`); an apply to a missing object creates it (201), as the
 /// apiserver's patcher does. The configuration is JSON (which is YAML); within the supported
 /// subset (maps and scalars, see `fields`) ownership and conflicts follow the apiserver.
 fn server_side_apply(
@@ -506,15 +618,8 @@ fn server_side_apply(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
     };
-    let force = match request.options.force.as_deref() {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "invalid value for force: {other:?}"
-            )));
-        }
-    };
+    // `Convert_Slice_string_To_Pointer_bool`: anything but `0` / `false` is true.
+    let force = flag(request.options.force.as_deref());
     let config: Value = serde_json::from_slice(&request.body).map_err(|e| {
         ApiError::new(
             415,
@@ -538,6 +643,15 @@ fn server_side_apply(
     }
     let mut applied = fields::apply(live.as_ref(), &config, manager, force, ignore_status)?;
     applied["metadata"]["name"] = json!(name);
+    let info = store.info(route.res).clone();
+    check_types(
+        &info,
+        &applied,
+        Decode::Apply {
+            namespace: ns,
+            name,
+        },
+    )?;
     match live {
         Some(_) => Ok((200, store.update(route.res, ns, Some(name), applied, mode)?)),
         None => Ok((201, store.create(route.res, ns, applied, mode)?)),
@@ -604,6 +718,13 @@ fn validate_list(q: &QueryParams) -> Result<(), ApiError> {
     }
 }
 
+/// Whether `metadata.namespace` is a field selector label: for every built-in kind
+/// (`DefaultMetaV1FieldSelectorConversion`), for custom resources only when namespaced
+/// (apiextensions' `crConverter.ConvertFieldLabel`).
+fn namespace_field(info: &ResourceInfo) -> bool {
+    info.namespaced || info.is_builtin()
+}
+
 fn list(
     shared: &Shared,
     res: usize,
@@ -614,7 +735,7 @@ fn list(
 ) -> Result<Response<Body>, ApiError> {
     validate_list(q)?;
     let sharding = shared.settings.lock().sharding;
-    let filter = Filter::from_query(q, namespace, sharding)?;
+    let filter = Filter::from_query(q, namespace, sharding, namespace_field(info))?;
     let limit = match q.limit.as_deref().filter(|l| !l.is_empty()) {
         Some(l) => l
             .parse::<i64>()
@@ -730,6 +851,9 @@ fn validate_watch(q: &QueryParams, watch_list: bool) -> Result<(), ApiError> {
         if m != "NotOlderThan" {
             problems.push(format!("resourceVersionMatch: Unsupported value: {m:?}"));
         }
+        if q.continue_token.as_deref().is_some_and(|c| !c.is_empty()) {
+            problems.push("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided".to_string());
+        }
     }
     if problems.is_empty() {
         Ok(())
@@ -844,7 +968,7 @@ fn watch(
 ) -> Result<Response<Body>, ApiError> {
     let settings = *shared.settings.lock();
     validate_watch(q, settings.watch_list)?;
-    let filter = Filter::from_query(q, namespace, settings.sharding)?;
+    let filter = Filter::from_query(q, namespace, settings.sharding, namespace_field(info))?;
     // 0 is unset, as kube-apiserver's `GetTimeoutForWatch` reads it (its default then applies;
     // here, no timeout). Capped, so that the deadline cannot overflow an `Instant`.
     let timeout = match q.timeout_seconds.as_deref().filter(|t| !t.is_empty()) {
@@ -905,9 +1029,10 @@ fn watch(
         .filter(|o| ctx.filter.matches(o))
         .map(|o| ctx.line("ADDED", o))
         .collect();
-    if send_initial {
-        // KEP-3157: the end of the initial state is a bookmark at the RV it was taken at,
-        // sent even without allowWatchBookmarks would be invalid, so always sent here.
+    if send_initial && ctx.bookmarks {
+        // KEP-3157: the end of the initial state is a bookmark at the RV it was taken at, sent
+        // only where bookmarks are allowed (the cacher's `isListWatchRequest`; validation does
+        // not require `allowWatchBookmarks`, a client without it just never sees the end).
         pending.push_back(ctx.bookmark(reg.rv, true));
     }
     pending.extend(reg.replay.iter().filter_map(|e| ctx.translate(e)));

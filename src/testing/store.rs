@@ -55,10 +55,15 @@ impl ResourceInfo {
             ("apiextensions.k8s.io", "CustomResourceDefinition"),
             ("apiregistration.k8s.io", "APIService"),
         ];
-        !REFUSED.contains(&(self.group.as_str(), self.kind.as_str()))
-            && crate::protobuf::schema::BUILTIN
-                .root(&self.api_version(), &self.kind)
-                .is_some()
+        !REFUSED.contains(&(self.group.as_str(), self.kind.as_str())) && self.is_builtin()
+    }
+
+    /// Whether this is a built-in kind (one the protobuf schema knows) rather than a custom
+    /// resource served by apiextensions-apiserver.
+    pub fn is_builtin(&self) -> bool {
+        crate::protobuf::schema::BUILTIN
+            .root(&self.api_version(), &self.kind)
+            .is_some()
     }
 
     /// The qualified kind of `Invalid` messages: `ConfigMap`, `Deployment.apps`.
@@ -97,9 +102,6 @@ pub(crate) struct WriteMode {
     pub part: Part,
     /// `dryRun=All`: validated and answered as if written, nothing stored or sent to watchers.
     pub dry_run: bool,
-    /// The body is the client's whole object (`PUT`), not a patch applied to the stored one:
-    /// without a `resourceVersion` it is unconditional only where the kind allows it.
-    pub whole_object: bool,
 }
 
 impl WriteMode {
@@ -108,7 +110,6 @@ impl WriteMode {
         writer: Writer::Direct,
         part: Part::Main,
         dry_run: false,
-        whole_object: false,
     };
 
     pub fn api(part: Part, dry_run: bool) -> Self {
@@ -116,15 +117,6 @@ impl WriteMode {
             writer: Writer::Api,
             part,
             dry_run,
-            whole_object: false,
-        }
-    }
-
-    /// A client's `PUT` of a whole object.
-    pub fn api_update(part: Part, dry_run: bool) -> Self {
-        Self {
-            whole_object: true,
-            ..Self::api(part, dry_run)
         }
     }
 }
@@ -474,12 +466,16 @@ impl Store {
             return Err(self.not_found(res, &name));
         };
         let sent_rv = rv_of(&obj);
-        if sent_rv.is_empty() && mode.whole_object && !self.info(res).allows_unconditional_update()
+        if sent_rv.is_empty()
+            && mode.writer == Writer::Api
+            && !self.info(res).allows_unconditional_update()
         {
             // The generic registry's `Update` (`newResourceVersion == 0 &&
-            // !AllowUnconditionalUpdate`), after the object was found.
+            // !AllowUnconditionalUpdate`), after the object was found, for a `PUT` and a patch
+            // alike (a patch keeps the stored resourceVersion unless it removes it). Its
+            // "qualified kind" is the qualified resource (`widgets.example.com`).
             return Err(ApiError::invalid(
-                &self.info(res).qualified_kind(),
+                &self.info(res).qualified_resource(),
                 &name,
                 &[FieldError {
                     field: "metadata.resourceVersion",
