@@ -3,8 +3,8 @@
 # default protobuf mode against kube-informer in JSON, in protobuf, and in protobuf with the
 # Compact cache (DeltaFIFO and in-order), the DeltaFIFO two also with glibc's heap top pad raised. Starts etcd +
 # kube-apiserver on free loopback ports the way tests/e2e/support.rs does, loads the seeded
-# fixture Pods with s5-load, runs the clients RUNS times interleaved and prints medians. See
-# ../BENCHMARKS.md.
+# fixture Pods with s5-load, runs the clients RUNS times interleaved (the order rotated by one
+# client each round) and prints medians. See ../BENCHMARKS.md.
 #
 # Usage: bench/s5.sh [RUNS=5] [PODS=10000]; K8S_BIN overrides the etcd/kube-apiserver directory.
 set -euo pipefail
@@ -91,8 +91,12 @@ sleep 5 # let the apiserver settle (watch cache filled, load-time GC done)
 
 results="$dir/results"
 pad="glibc.malloc.top_pad=67108864"
+clients=(informer informer-pb informer-pb-compact informer-pb-compact-inorder informer-pb-pad informer-pb-compact-pad go)
 for i in $(seq "$runs"); do
-    for client in informer informer-pb informer-pb-compact informer-pb-compact-inorder informer-pb-pad informer-pb-compact-pad go; do
+    # Each round starts one client further along the list, so no client always runs first (on
+    # a freshly settled apiserver) or right after the same neighbour.
+    k=$(( (i - 1) % ${#clients[@]} ))
+    for client in "${clients[@]:k}" "${clients[@]:0:k}"; do
         case $client in
             informer) line="$("$target/release/client-informer" --kubeconfig "$dir/kubeconfig" --wire json | grep '^RESULT')" ;;
             informer-pb) line="$("$target/release/client-informer" --kubeconfig "$dir/kubeconfig" --wire protobuf | grep '^RESULT')" ;;

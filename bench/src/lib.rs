@@ -43,6 +43,21 @@ pub async fn kubeconfig_client(path: &str) -> kube::Client {
 /// Sends `GET path` to `addr` (`host:port`) over a fresh TCP connection and returns the status
 /// line; enough to poke the replay server's control endpoints without an HTTP client crate.
 pub fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
+    let out = http_get_response(addr, path)?;
+    Ok(out.lines().next().unwrap_or_default().to_owned())
+}
+
+/// As [`http_get`], but returns the response's body (the replay server's control endpoints
+/// answer with a short plain body and a `Content-Length`, so no chunked decoding is needed).
+pub fn http_get_body(addr: &str, path: &str) -> std::io::Result<String> {
+    let out = http_get_response(addr, path)?;
+    Ok(out
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, body)| body)
+        .to_owned())
+}
+
+fn http_get_response(addr: &str, path: &str) -> std::io::Result<String> {
     let mut s = std::net::TcpStream::connect(addr)?;
     write!(
         s,
@@ -50,7 +65,7 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
     )?;
     let mut out = String::new();
     s.read_to_string(&mut out)?;
-    Ok(out.lines().next().unwrap_or_default().to_owned())
+    Ok(out)
 }
 
 /// A watch event line (`{"type":...,"object":...}\n`) around an already encoded object.

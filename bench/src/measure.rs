@@ -79,9 +79,20 @@ impl Meter {
         self.put("cpu_handled_s", format!("{cpu:.4}"));
     }
 
-    /// Records the watch figures for `events` events received since the sync point `synced`.
-    pub fn put_watch(&mut self, events: u64, synced: (f64, f64)) {
-        let (wall, cpu) = (self.wall() - synced.0, Self::cpu() - synced.1);
+    /// The current (wall, CPU) point, as [`put_synced`](Self::put_synced) returns it, without
+    /// recording it: where a gated watch phase starts.
+    pub fn mark(&self) -> (f64, f64) {
+        (self.wall(), Self::cpu())
+    }
+
+    /// Records the watch figures for `events` events received since `from`: the sync point,
+    /// or, when the replay server held the events until `GET /start-watch` (`--gate-watch`),
+    /// the moment that call was sent ([`mark`](Self::mark)), so the time between the sync and
+    /// the handlers' last listed object is not charged to the events. `watch_from_start=1`
+    /// says which.
+    pub fn put_watch(&mut self, events: u64, from: (f64, f64), gated: bool) {
+        self.put("watch_from_start", u8::from(gated));
+        let (wall, cpu) = (self.wall() - from.0, Self::cpu() - from.1);
         self.put("watch_s", format!("{wall:.4}"));
         self.put("events_per_s", format!("{:.0}", events as f64 / wall));
         self.put(

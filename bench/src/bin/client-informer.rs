@@ -22,7 +22,9 @@ use kube_informer::{
     InformerConfig, Projection, ResourceEventHandlerFuncs, SharedIndexInformer,
     reflector::ApiListerWatcher,
 };
-use kube_informer_bench::{Meter, http_get, kube_client, kubeconfig_client, measure::ClientArgs};
+use kube_informer_bench::{
+    Meter, http_get, http_get_body, kube_client, kubeconfig_client, measure::ClientArgs,
+};
 use tokio::sync::Notify;
 
 #[tokio::main]
@@ -53,12 +55,18 @@ async fn main() {
             .expect("transform");
     }
 
-    // Each handler counts its updates; the last one to reach the target wakes main.
+    // Each handler counts its updates; the last one to reach the target wakes main. In a
+    // relist only updates whose resourceVersion changed count: without a resync period the
+    // informer (as client-go's) also delivers every unchanged relisted object as an update, so
+    // counting those would stop after about a tenth of the relist's notifications. The
+    // changed Pods are spread over the list, so the last of them is handled near its end
+    // (kube-runtime stops at the relist's `InitDone`).
     let target = match args.mode.as_str() {
         "watch" => args.events,
         "relist" => args.changed,
         _ => u64::MAX,
     };
+    let changed_only = args.mode == "relist";
     let done = Arc::new(AtomicUsize::new(0));
     let all_done = Arc::new(Notify::new());
     let handlers = args.handlers;
@@ -80,9 +88,14 @@ async fn main() {
                         }
                         adds.fetch_add(1, Ordering::Relaxed);
                     })
-                    .on_update(move |_old, _new| {
+                    .on_update(move |old: &Arc<Pod>, new: &Arc<Pod>| {
                         if !sleep.is_zero() {
                             std::thread::sleep(sleep);
+                        }
+                        if changed_only
+                            && old.metadata.resource_version == new.metadata.resource_version
+                        {
+                            return;
                         }
                         if count.fetch_add(1, Ordering::Relaxed) + 1 == target
                             && done.fetch_add(1, Ordering::AcqRel) + 1 == handlers
@@ -134,10 +147,14 @@ async fn main() {
     );
     match args.mode.as_str() {
         "watch" => {
-            // Releases the replay server's watch events if it holds them (`--gate-watch`).
-            http_get(&args.addr, "/start-watch").expect("start watch");
+            // Releases the replay server's watch events if it holds them (`--gate-watch`). If
+            // it did, no event was sent before this call, so the watch phase is timed from it
+            // (not from `synced`: the time until every handler had the list is the sync's);
+            // if not, events have flowed since the sync and the phase starts there.
+            let mark = meter.mark();
+            let gated = http_get_body(&args.addr, "/start-watch").expect("start watch") == "gated";
             all_done.notified().await;
-            meter.put_watch(args.events, synced);
+            meter.put_watch(args.events, if gated { mark } else { synced }, gated);
         }
         "relist" => {
             tokio::time::sleep(Duration::from_secs(1)).await;

@@ -14,7 +14,9 @@
 //!   sends a 410 `Expired` ERROR event and ends, so every client relists; a watch from list B
 //!   stays idle.
 //! - `--gate-watch true`: the events of a watch from list A wait for `GET /start-watch`, which
-//!   clients send once synced (without it the endpoint only records the call).
+//!   clients send once every handler has had the listed objects (without it the endpoint only
+//!   records the call). It answers `gated` or `ungated`: a gated client times its watch phase
+//!   (wall and CPU) from that call, an ungated one from its sync point.
 //! - `--shards n`: a list with `shardSelector=<ShardSelector::of(i, n)>` gets only the pods of
 //!   shard i (by uid), with `metadata.shardInfo`, as kube-apiserver with the
 //!   `ShardedListAndWatch` gate answers; other selectors get `400`. List A only (S1).
@@ -62,8 +64,8 @@ struct Server {
     /// Watch events per HTTP chunk (`--burst`, default 1).
     burst: usize,
     /// With `--gate-watch true`, the watch events wait for `GET /start-watch` (which the
-    /// clients send once synced), so none is decoded before the sync point the watch figures
-    /// are timed from.
+    /// clients send once their handlers have had the list), so none is decoded before the
+    /// point the watch figures are timed from (the call itself, when gated).
     gate_watch: bool,
     started: watch::Sender<bool>,
     phase_b: watch::Sender<bool>,
@@ -131,7 +133,12 @@ impl Server {
         match path {
             "/start-watch" => {
                 self.started.send_replace(true);
-                return full(StatusCode::OK, "ok");
+                // The body tells the client whether its watch events were held until now, so
+                // it times the watch from this call (gated) or from its sync point (not).
+                return full(
+                    StatusCode::OK,
+                    if self.gate_watch { "gated" } else { "ungated" },
+                );
             }
             "/reset" => {
                 self.phase_b.send_replace(false);
