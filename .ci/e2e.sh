@@ -13,29 +13,67 @@
 # the caller's environment.
 
 e2e_build_start() {
-    E2E_BUILD_OUT="$(mktemp)"
-    E2E_BUILD_LOG="$(mktemp)"
-    echo "e2e: building kube-apiserver and etcd in the background (log: $E2E_BUILD_LOG)"
-    bash scripts/build-k8s.sh >"$E2E_BUILD_OUT" 2>"$E2E_BUILD_LOG" &
+    E2E_BUILD_DIR="$(mktemp -d)"
+    echo "e2e: building kube-apiserver and etcd in the background (log: $E2E_BUILD_DIR/log)"
+    bash scripts/build-k8s.sh >"$E2E_BUILD_DIR/out" 2>"$E2E_BUILD_DIR/log" &
     E2E_BUILD_PID=$!
+    # A step that fails before run_e2e must not leave the Go build running behind the script.
+    trap 'e2e_build_stop' EXIT
+}
+
+e2e_build_stop() {
+    if [[ -n "${E2E_BUILD_PID:-}" ]]; then
+        kill "$E2E_BUILD_PID" 2>/dev/null || true
+        wait "$E2E_BUILD_PID" 2>/dev/null || true
+        unset E2E_BUILD_PID
+    fi
+    if [[ -n "${E2E_BUILD_DIR:-}" ]]; then
+        rm -rf "$E2E_BUILD_DIR"
+    fi
+}
+
+# Waits for the background build (or builds now) and sets E2E_BIN. Idempotent.
+e2e_build_wait() {
+    if [[ -n "${E2E_BIN:-}" ]]; then
+        return 0
+    fi
+    if [[ -n "${E2E_BUILD_PID:-}" ]]; then
+        echo "e2e: waiting for the background build of kube-apiserver and etcd"
+        if ! wait "$E2E_BUILD_PID"; then
+            unset E2E_BUILD_PID
+            echo "e2e: scripts/build-k8s.sh failed:" >&2
+            tail -n 50 "$E2E_BUILD_DIR/log" >&2
+            return 1
+        fi
+        unset E2E_BUILD_PID
+        tail -n 3 "$E2E_BUILD_DIR/log"
+        E2E_BIN="$(tail -n 1 "$E2E_BUILD_DIR/out")"
+        rm -rf "$E2E_BUILD_DIR"
+    else
+        echo "e2e: building kube-apiserver and etcd (cached after the first run)"
+        E2E_BIN="$(bash scripts/build-k8s.sh)" || { echo "e2e: scripts/build-k8s.sh failed" >&2; return 1; }
+    fi
+}
+
+# Runs a cargo test command and fails unless at least $1 tests passed: a name filter that
+# matches nothing (a renamed test) would otherwise pass with "0 passed".
+cargo_test_at_least() {
+    local min="$1" out passed
+    shift
+    out="$(mktemp)"
+    "$@" 2>&1 | tee "$out"
+    passed="$(awk '/^test result:/ { n += $4 } END { print n + 0 }' "$out")"
+    rm -f "$out"
+    if (( passed < min )); then
+        echo "expected at least $min tests to pass, $passed did: $*" >&2
+        return 1
+    fi
 }
 
 run_e2e() {
     local bin
-    if [[ -n "${E2E_BUILD_PID:-}" ]]; then
-        echo "e2e: waiting for the background build of kube-apiserver and etcd"
-        if ! wait "$E2E_BUILD_PID"; then
-            echo "e2e: scripts/build-k8s.sh failed:" >&2
-            tail -n 50 "$E2E_BUILD_LOG" >&2
-            return 1
-        fi
-        tail -n 3 "$E2E_BUILD_LOG"
-        bin="$(tail -n 1 "$E2E_BUILD_OUT")"
-        unset E2E_BUILD_PID
-    else
-        echo "e2e: building kube-apiserver and etcd (cached after the first run)"
-        bin="$(bash scripts/build-k8s.sh)" || { echo "e2e: scripts/build-k8s.sh failed" >&2; return 1; }
-    fi
+    e2e_build_wait
+    bin="$E2E_BIN"
     echo "e2e: binaries in $bin"
     # tests/e2e/leader.rs runs two replica processes of this example.
     cargo build --quiet --all-features --example leader_election
@@ -55,8 +93,8 @@ run_e2e() {
     # concurrent writes, CRDs, list-then-watch), and the Compact cache, whose relists the two
     # modes apply differently.
     echo "e2e: informer tests again with KUBE_INFORMER_E2E_FIFO=in-order"
-    KUBE_INFORMER_E2E_FIFO=in-order KUBE_INFORMER_E2E_BIN="$bin" cargo test --all-features --test e2e -- \
-        --include-ignored --test-threads=1 \
+    KUBE_INFORMER_E2E_FIFO=in-order KUBE_INFORMER_E2E_BIN="$bin" cargo_test_at_least 8 \
+        cargo test --all-features --test e2e -- --include-ignored --test-threads=1 \
         typed_pod_and_config_map relist_after_expiry apiserver_is_killed ten_thousand \
         custom_resource list_then_watch a_compact_cache_equals_the_server
 }

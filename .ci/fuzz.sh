@@ -58,8 +58,12 @@ for t in "${targets[@]}"; do
         failed=1
         tail -n 80 "$log"
         echo "fuzz target $t FAILED (exit $rc) after ${execs:-?} executions; full log: $log" >&2
+        grep -m 1 'INFO: Seed:' "$log" >&2 || true
         for a in $new; do
             echo "  artifact: $artifacts/$a" >&2
+            # The CI machine's files are gone after the run: the input itself, to rebuild it
+            # with `base64 -d`.
+            echo "  base64:   $(base64 -w 0 "$artifacts/$a")" >&2
             echo "  replay:   cargo fuzz run ${build_flags[*]} $t $artifacts/$a" >&2
         done
     else
