@@ -111,6 +111,37 @@ func handler(id string) cache.ResourceEventHandler {
 	}
 }
 
+// reportedGates are the client-go feature gates that decide how the informer delivers handler
+// calls: the FIFO, its atomic relists and resyncs, batching, and streaming lists.
+var reportedGates = []string{
+	"AtomicFIFO",
+	"InOrderInformers",
+	"InOrderInformersBatchProcess",
+	"UnlockWhileProcessingFIFO",
+	"WatchListClient",
+}
+
+// gateStates reports each of reportedGates as client-go's informers read it (the
+// KUBE_FEATURE_* variables applied), null for a gate this client-go does not have (v0.35 has
+// neither AtomicFIFO nor UnlockWhileProcessingFIFO).
+func gateStates(gates clientfeatures.Gates) map[string]any {
+	states := map[string]any{}
+	for _, name := range reportedGates {
+		states[name] = gateState(gates, clientfeatures.Feature(name))
+	}
+	return states
+}
+
+func gateState(gates clientfeatures.Gates, gate clientfeatures.Feature) (state any) {
+	// Enabled panics on a gate it does not know.
+	defer func() {
+		if recover() != nil {
+			state = nil
+		}
+	}()
+	return gates.Enabled(gate)
+}
+
 func restConfig(kubeconfig, server, token, caFile string) *rest.Config {
 	if kubeconfig != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -162,11 +193,13 @@ func main() {
 	}
 	gates := clientfeatures.FeatureGates()
 	emit(map[string]any{"hello": map[string]any{
-		"impl":           "client-go",
-		"in_order":       gates.Enabled(clientfeatures.InOrderInformers),
-		"watch_list":     gates.Enabled(clientfeatures.WatchListClient),
-		"namespace":      *namespace,
-		"label_selector": *selector,
+		"impl":            "client-go",
+		"in_order":        gates.Enabled(clientfeatures.InOrderInformers),
+		"watch_list":      gates.Enabled(clientfeatures.WatchListClient),
+		"namespace":       *namespace,
+		"label_selector":  *selector,
+		"informer_resync": *informerResync,
+		"gates":           gateStates(gates),
 	}})
 
 	ctx, cancel := context.WithCancel(context.Background())

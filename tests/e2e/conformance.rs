@@ -7,7 +7,10 @@
 //! ones labelled `sel=in`, and the ones in one namespace. Then it drives the apiserver through
 //! the scenarios below, waiting after each for a quiescent point where every cache and every
 //! handler's view (its calls replayed) equal the server. At the end the calls are compared per
-//! handler and per key (`conformance_diff`); any difference fails with both sequences.
+//! handler and per key (`conformance_diff`); any difference fails with both sequences. In the
+//! in-order flavour the order across keys is checked too, step by step: each step is a window
+//! of both traces, delivered over a live watch (each handler's calls must come in the same
+//! order on both sides) or by a relist (deletes first, on each side); see [`Steps`].
 //!
 //! 1. initial list: objects that exist before the informers start;
 //! 2. bursts: creates, two updates each, deletes, in three namespaces;
@@ -34,7 +37,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
 use crate::common::{CONVERGE_TIMEOUT, config_map, create_namespace, versions, within};
-use crate::conformance_diff::{Call, compare, replay};
+use crate::conformance_diff::{
+    Call, Delivery, Window, compare, compare_order, delete_after_update, replay, swap_across_keys,
+};
 use crate::proxy::Proxy;
 use crate::support::{ADMIN_TOKEN, Cluster};
 
@@ -88,7 +93,33 @@ impl Flavour {
     fn in_order(self) -> bool {
         matches!(self, Flavour::InOrder)
     }
+
+    /// The client-go feature gates the Go program must report (`null`: a gate this client-go
+    /// does not have). The children get none of the test's `KUBE_FEATURE_*` variables
+    /// ([`INHERITED_ENV`]), so these are the defaults, bar [`Flavour::go_env`].
+    fn go_gates(self) -> Value {
+        match self {
+            Flavour::DeltaFifo => json!({
+                "AtomicFIFO": null,
+                "InOrderInformers": false,
+                "InOrderInformersBatchProcess": true,
+                "UnlockWhileProcessingFIFO": null,
+                "WatchListClient": true,
+            }),
+            Flavour::InOrder => json!({
+                "AtomicFIFO": true,
+                "InOrderInformers": true,
+                "InOrderInformersBatchProcess": true,
+                "UnlockWhileProcessingFIFO": true,
+                "WatchListClient": true,
+            }),
+        }
+    }
 }
+
+/// The only variables of the test's environment the trace programs inherit: none can change
+/// what client-go or kube-informer do (unlike `KUBE_FEATURE_*` gates, `GODEBUG` or proxies).
+const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "TMPDIR", "RUST_BACKTRACE"];
 
 /// Builds the client-go trace program into the build cache dir of `scripts/build-k8s.sh`
 /// (outside the repository); Go's own build cache makes a rebuild take seconds.
@@ -130,25 +161,69 @@ fn build_go(flavour: Flavour) -> PathBuf {
     out
 }
 
-/// Builds `examples/conformance_trace.rs` with the features this test was built with and
-/// returns its path (the examples dir beside this test binary's `deps` dir).
+/// Builds `examples/conformance_trace.rs` with the features and the profile this test was
+/// built with, and returns the path cargo reports for it: never an older build of another
+/// profile.
 fn build_rust() -> PathBuf {
-    let result = std::process::Command::new(env!("CARGO"))
+    // The test binary is <target>[/<triple>]/<profile dir>/deps/e2e-<hash>: `debug` is the dir
+    // of the dev (and test) profile, a custom profile's dir is its name (`release` included).
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile = match exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+    {
+        Some("debug") => "dev",
+        Some(dir) => dir,
+        None => panic!("{}: not in <target>/<profile>/deps", exe.display()),
+    };
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    // Cargo sets the package's variables (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`, ...) for the
+    // test it runs; build scripts that watch them (ring's `rerun-if-env-changed`) would see
+    // them changed and rebuild, and the next plain `cargo test` rebuild them back.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_CRATE_",
+            "CARGO_MANIFEST_",
+            "CARGO_BIN_",
+        ]
+        .iter()
+        .any(|p| key.starts_with(p))
+            || ["CARGO_PRIMARY_PACKAGE", "CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&&*key)
+        {
+            cargo.env_remove(&*key);
+        }
+    }
+    let result = cargo
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["build", "--all-features", "--example", "conformance_trace"])
+        .args([
+            "--profile",
+            profile,
+            "--message-format=json-render-diagnostics",
+        ])
         .output()
         .expect("cargo runs");
     assert!(
         result.status.success(),
-        "cargo build --example conformance_trace failed: {}",
+        "cargo build --profile {profile} --example conformance_trace failed: {}",
         String::from_utf8_lossy(&result.stderr)
     );
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary is in <target>/<profile>/deps");
-    profile_dir.join("examples").join("conformance_trace")
+    String::from_utf8_lossy(&result.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|m| {
+            m["reason"] == "compiler-artifact"
+                && m["target"]["name"] == "conformance_trace"
+                && m["executable"].is_string()
+        })
+        .and_then(|m| m["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| {
+            panic!("cargo build --profile {profile}: no conformance_trace executable")
+        })
 }
 
 /// One informer set-up: which ConfigMaps it watches.
@@ -237,7 +312,14 @@ impl Trace {
         dir: &Path,
     ) -> Trace {
         let stderr = dir.join(format!("{}.stderr", name.replace(['/', ' '], "_")));
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        command.env_clear();
+        for var in INHERITED_ENV {
+            if let Some(value) = std::env::var_os(var) {
+                command.env(var, value);
+            }
+        }
+        let mut child = command
             .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::piped())
@@ -277,6 +359,21 @@ impl Trace {
             .collect()
     }
 
+    /// How many handler calls the program has printed so far.
+    fn calls_printed(&self) -> usize {
+        let lines = self.lines.lock().expect("lines lock");
+        lines.iter().filter(|l| l.get("handler").is_some()).count()
+    }
+
+    /// The program's first line, `{"hello": {...}}`.
+    fn hello(&self) -> Value {
+        let hello = self.lines_with("hello");
+        hello
+            .first()
+            .map(|h| h["hello"].clone())
+            .unwrap_or_else(|| panic!("{}: no hello line", self.name))
+    }
+
     fn calls(&self) -> Vec<Call> {
         self.lines_with("handler")
             .into_iter()
@@ -285,6 +382,14 @@ impl Trace {
                     .unwrap_or_else(|e| panic!("{}: bad call line {l}: {e}", self.name))
             })
             .collect()
+    }
+
+    /// Writes every line the program printed beside its stderr (`<name>.jsonl`), for a look at
+    /// a failure with `KUBE_INFORMER_E2E_KEEP=1`.
+    fn save(&self) {
+        let lines = self.lines.lock().expect("lines lock");
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let _ = std::fs::write(self.stderr.with_extension("jsonl"), text);
     }
 
     fn stderr_tail(&self) -> String {
@@ -362,6 +467,55 @@ struct Pair {
 impl Pair {
     fn traces(&mut self) -> [&mut Trace; 2] {
         [&mut self.go, &mut self.rust]
+    }
+}
+
+/// Where each step begins in every trace: the windows of the order comparison.
+///
+/// A step begins after the previous one's quiescent point, before its first action: a call
+/// printed until then cannot come from its events. One printed after could still belong to the
+/// previous step only if the quiescent point could not see it missing: each handler's calls
+/// come one after the other in server order in both programs, so once its calls replayed equal
+/// the server what may still be queued is no-op updates (resyncs, a relist's unchanged
+/// objects), which the order comparison leaves out. (A key created and deleted within a step
+/// could be missing unseen too, but here every such create is followed by calls the quiescent
+/// point does see, so the key shows in the replay until its delete is printed.)
+struct Steps {
+    /// Per step: its name, how its events arrive, and per pair how many calls each trace (Go,
+    /// Rust) had printed when it began.
+    marks: Vec<(&'static str, Delivery, Vec<[usize; 2]>)>,
+}
+
+impl Steps {
+    /// The first step, the initial list, from each trace's first call.
+    fn new(pairs: usize) -> Steps {
+        Steps {
+            marks: vec![("initial list", Delivery::Relist, vec![[0, 0]; pairs])],
+        }
+    }
+
+    fn begin(&mut self, step: &'static str, delivery: Delivery, pairs: &[Pair]) {
+        let starts = pairs
+            .iter()
+            .map(|p| [p.go.calls_printed(), p.rust.calls_printed()])
+            .collect();
+        self.marks.push((step, delivery, starts));
+    }
+
+    /// The windows of pair `pair`, whose traces hold `calls` calls (Go, Rust) in all.
+    fn windows(&self, pair: usize, calls: [usize; 2]) -> Vec<Window> {
+        (0..self.marks.len())
+            .map(|i| {
+                let (step, delivery, starts) = &self.marks[i];
+                let end = self.marks.get(i + 1).map_or(calls, |next| next.2[pair]);
+                Window {
+                    step: (*step).to_owned(),
+                    delivery: *delivery,
+                    reference: starts[pair][0]..end[0],
+                    candidate: starts[pair][1]..end[1],
+                }
+            })
+            .collect()
     }
 }
 
@@ -533,21 +687,39 @@ async fn run_with(test: &str, flavour: Flavour, rust_extra: &[&str]) {
             rust,
         });
     }
+    let mut steps = Steps::new(pairs.len());
     let mut handlers = vec!["h0", "h1"];
     quiescent("initial list", &cluster, &mut pairs, &handlers).await;
-    // The programs say which FIFO they run: the DeltaFIFO flavour must really be on that path.
-    for pair in &mut pairs {
-        for trace in pair.traces() {
-            let hello = trace.lines_with("hello");
-            assert_eq!(
-                hello.first().map(|h| h["hello"]["in_order"].clone()),
-                Some(json!(flavour.in_order())),
-                "{}: {hello:?}",
-                trace.name
-            );
-        }
+    // The programs say how they run: the FIFO (the DeltaFIFO flavour must really be on that
+    // path), whether they stream their lists, the informer's resync period, and for client-go
+    // the feature gates in effect, which no variable of the test's environment may change.
+    let rust_lists = rust_extra.contains(&"--list");
+    for pair in &pairs {
+        let (go, rust) = (pair.go.hello(), pair.rust.hello());
+        let seen = |hello: &Value| {
+            json!([
+                hello["impl"],
+                hello["in_order"],
+                hello["watch_list"],
+                hello["informer_resync"]
+            ])
+        };
+        assert_eq!(
+            seen(&go),
+            json!(["client-go", flavour.in_order(), true, 1]),
+            "{}: {go}",
+            pair.go.name
+        );
+        assert_eq!(go["gates"], flavour.go_gates(), "{}: {go}", pair.go.name);
+        assert_eq!(
+            seen(&rust),
+            json!(["kube-informer", flavour.in_order(), !rust_lists, 1]),
+            "{}: {rust}",
+            pair.rust.name
+        );
     }
 
+    steps.begin("bursts", Delivery::Live, &pairs);
     // 2. Bursts: creates, two updates each, a quarter deleted.
     for ns in [NS_A, NS_B, NS_SCOPED] {
         let api = &apis[ns];
@@ -565,6 +737,7 @@ async fn run_with(test: &str, flavour: Flavour, rust_extra: &[&str]) {
     }
     quiescent("bursts", &cluster, &mut pairs, &handlers).await;
 
+    steps.begin("relabel", Delivery::Live, &pairs);
     // 3. Out of the selector (the selected informer sees a delete), changed while out (it sees
     //    nothing), and back in (an add).
     for ns in [NS_A, NS_SCOPED] {
@@ -579,6 +752,7 @@ async fn run_with(test: &str, flavour: Flavour, rust_extra: &[&str]) {
     }
     quiescent("relabel", &cluster, &mut pairs, &handlers).await;
 
+    steps.begin("late handler", Delivery::Live, &pairs);
     // 4. A handler added mid-stream: replayed the cache, then live calls.
     for pair in &mut pairs {
         for trace in pair.traces() {
@@ -592,6 +766,7 @@ async fn run_with(test: &str, flavour: Flavour, rust_extra: &[&str]) {
     }
     quiescent("late handler", &cluster, &mut pairs, &handlers).await;
 
+    steps.begin("cut, compaction, restart", Delivery::Relist, &pairs);
     // 5. Watch cut while objects go, come back with a new uid, change and appear; etcd
     //    compacted and the apiserver restarted so that the watch cache cannot replay: the
     //    reconnecting watches get 410 and the relists must produce tombstones and updates.
@@ -622,6 +797,7 @@ async fn run_with(test: &str, flavour: Flavour, rust_extra: &[&str]) {
     }
     quiescent("cut, compaction, restart", &cluster, &mut pairs, &handlers).await;
 
+    steps.begin("marker before restart", Delivery::Live, &pairs);
     // 6. The apiserver killed mid-watch (the proxies stay up), then writes once it is back.
     //    Whether a reconnecting watch resumes or gets 410 and relists depends on the
     //    resourceVersion it resumes from, and the two programs relisted at different moments in
@@ -632,6 +808,9 @@ async fn run_with(test: &str, flavour: Flavour, rust_extra: &[&str]) {
         create(&apis[ns], "marker", "v0", "in").await;
     }
     quiescent("marker before restart", &cluster, &mut pairs, &handlers).await;
+    // A relist (410), and the canaries by it or, if they come after it, live: as no delete
+    // follows the relist, its deletes must still come first in the window.
+    steps.begin("apiserver restart", Delivery::Relist, &pairs);
     bump_etcd_revision(&cluster).await;
     within("restart", cluster.restart_apiserver())
         .await
@@ -643,6 +822,7 @@ async fn run_with(test: &str, flavour: Flavour, rust_extra: &[&str]) {
         create(&apis[ns], "canary", "v0", "in").await;
     }
     quiescent("apiserver restart", &cluster, &mut pairs, &handlers).await;
+    steps.begin("writes after restart", Delivery::Live, &pairs);
     for ns in [NS_A, NS_B, NS_SCOPED] {
         let api = &apis[ns];
         set_value(api, "burst-3", "after-restart").await;
@@ -655,17 +835,15 @@ async fn run_with(test: &str, flavour: Flavour, rust_extra: &[&str]) {
     let resyncing = BTreeSet::from([RESYNCING]);
     let mut differences = Vec::new();
     let mut total = 0;
-    for pair in &mut pairs {
+    for (i, pair) in pairs.iter_mut().enumerate() {
         for trace in pair.traces() {
             trace.quit().await;
+            trace.save();
         }
         let (go, rust) = (pair.go.calls(), pair.rust.calls());
-        let outcome = compare(
-            &go,
-            &rust,
-            &resyncing,
-            (&pair.go.name.clone(), &pair.rust.name.clone()),
-        );
+        let names = (pair.go.name.clone(), pair.rust.name.clone());
+        let names = (names.0.as_str(), names.1.as_str());
+        let outcome = compare(&go, &rust, &resyncing, names);
         eprintln!(
             "conformance: {:?} {}: {} handler calls compared ({} and {} calls printed; resyncs \
              taken out: {} client-go, {} kube-informer), {} differences",
@@ -680,14 +858,87 @@ async fn run_with(test: &str, flavour: Flavour, rust_extra: &[&str]) {
         );
         total += outcome.compared;
         differences.extend(outcome.differences);
+        // client-go's DeltaFIFO queues keys, not events, and a relist's tombstones after its
+        // updates: the order across keys is only defined for the in-order FIFOs.
+        if flavour.in_order() {
+            let windows = steps.windows(i, [go.len(), rust.len()]);
+            let order = compare_order(&go, &rust, &windows, &resyncing, names);
+            eprintln!(
+                "conformance: {:?} {}: order across keys: {} live calls compared in {} live \
+                 windows, {} relisted calls checked for deletes first, {} differences",
+                flavour,
+                pair.watch.name,
+                order.live,
+                windows
+                    .iter()
+                    .filter(|w| w.delivery == Delivery::Live)
+                    .count(),
+                order.relisted,
+                order.differences.len()
+            );
+            assert_order_check_bites(&go, &rust, &windows, &resyncing, names);
+            differences.extend(order.differences);
+        }
     }
     eprintln!("conformance: {flavour:?}: {total} handler calls compared in all");
     assert!(
         differences.is_empty(),
-        "kube-informer ({flavour:?}) differs from client-go in {} (handler, key) sequences:\n{}",
+        "kube-informer ({flavour:?}) differs from client-go in {} places:\n{}",
         differences.len(),
         differences.join("\n")
     );
+}
+
+/// The order comparison on these very traces must see what the per-key one cannot: two live
+/// calls of kube-informer's for different keys swapped, and a tombstone of its relist after
+/// cut moved after an update. Guards against windows that check nothing.
+fn assert_order_check_bites(
+    go: &[Call],
+    rust: &[Call],
+    windows: &[Window],
+    resyncing: &BTreeSet<&str>,
+    names: (&str, &str),
+) {
+    let found = |doctored: &[Call]| {
+        (
+            compare(go, doctored, resyncing, names).differences.len(),
+            compare_order(go, doctored, windows, resyncing, names)
+                .differences
+                .len(),
+        )
+    };
+    let (per_key, order) = found(rust);
+    let window = |step: &str| {
+        windows
+            .iter()
+            .find(|w| w.step == step)
+            .unwrap_or_else(|| panic!("no window {step}"))
+            .candidate
+            .clone()
+    };
+    let swapped = swap_across_keys(rust, window("bursts"))
+        .unwrap_or_else(|| panic!("{}: no two live calls to swap in bursts", names.1));
+    let moved = delete_after_update(rust, window("cut, compaction, restart"), resyncing)
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: the relist after the cut gave no delete followed by an update: the step no \
+                 longer checks a relist's order",
+                names.1
+            )
+        });
+    for (what, doctored) in [("swapped", swapped), ("moved", moved)] {
+        let (per_key_doctored, order_doctored) = found(&doctored);
+        assert_eq!(
+            per_key_doctored, per_key,
+            "{}: {what}: the per-key view changed",
+            names.1
+        );
+        assert!(
+            order_doctored > order,
+            "{}: the order check missed a doctored trace ({what})",
+            names.1
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -718,7 +969,7 @@ async fn conformance_in_order_matches_client_go_v0_37() {
 }
 
 /// The in-order FIFO with a Compact cache that keeps nothing decoded, listing instead of
-/// streaming: lists and watched objects wait in the FIFO packed from the bytes the server sent,
+/// streaming (client-go streams): lists and watched objects wait in the FIFO packed from the bytes the server sent,
 /// a relist is applied one object at a time, and its notifications carry the cache's compressed
 /// objects, decoded as each handler is called. The handler calls must still be client-go's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
