@@ -15,7 +15,10 @@
 e2e_build_start() {
     E2E_BUILD_DIR="$(mktemp -d)"
     echo "e2e: building kube-apiserver and etcd in the background (log: $E2E_BUILD_DIR/log)"
-    bash scripts/build-k8s.sh >"$E2E_BUILD_DIR/out" 2>"$E2E_BUILD_DIR/log" &
+    # In a session of its own (setsid execs without forking here: a background job of a shell
+    # without job control is no group leader), so that stopping it reaches `go build` and the
+    # compilers under the script, and the lock they hold.
+    setsid bash scripts/build-k8s.sh >"$E2E_BUILD_DIR/out" 2>"$E2E_BUILD_DIR/log" &
     E2E_BUILD_PID=$!
     # A step that fails before run_e2e must not leave the Go build running behind the script.
     trap 'e2e_build_stop' EXIT
@@ -23,7 +26,7 @@ e2e_build_start() {
 
 e2e_build_stop() {
     if [[ -n "${E2E_BUILD_PID:-}" ]]; then
-        kill "$E2E_BUILD_PID" 2>/dev/null || true
+        kill -- "-$E2E_BUILD_PID" 2>/dev/null || kill "$E2E_BUILD_PID" 2>/dev/null || true
         wait "$E2E_BUILD_PID" 2>/dev/null || true
         unset E2E_BUILD_PID
     fi
@@ -61,7 +64,7 @@ cargo_test_at_least() {
     local min="$1" out passed
     shift
     out="$(mktemp)"
-    "$@" 2>&1 | tee "$out"
+    "$@" 2>&1 | tee "$out" || { rm -f "$out"; return 1; }
     passed="$(awk '/^test result:/ { n += $4 } END { print n + 0 }' "$out")"
     rm -f "$out"
     if (( passed < min )); then
