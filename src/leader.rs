@@ -686,10 +686,15 @@ impl LeaderElector {
                     // A Lease deleted is free too: kube-lease-manager creates it only when
                     // built, so a new manager is what recreates it (client-go's
                     // `tryAcquireOrRenew` creates it on NotFound).
-                    let free = matches!(
-                        tokio::time::timeout(c.retry_period, leases.get_opt(&c.lease_name)).await,
-                        Ok(Ok(_))
-                    ) && *observed.borrow() == Observed::Free;
+                    let holding_before = *manager.holding.borrow();
+                    let read = tokio::time::timeout(c.retry_period, leases.get_opt(&c.lease_name)).await;
+                    // The manager may have taken the Lease while the read was under way (its
+                    // answer, processed after the manager's, can still say free): then there
+                    // is nothing to restart.
+                    let acquired_meanwhile = !holding_before && *manager.holding.borrow();
+                    let free = matches!(read, Ok(Ok(_)))
+                        && !acquired_meanwhile
+                        && *observed.borrow() == Observed::Free;
                     free_polls = if free { free_polls + 1 } else { 0 };
                     if free_polls >= 2 {
                         free_polls = 0;

@@ -282,17 +282,6 @@ async fn crash_the_leader(wait_out_previous_leader: bool) -> (Duration, Duration
     );
     assert_ne!(next, leader);
     log.assert_no_overlap();
-    for r in &replicas {
-        // The survivors saw the new holder (client-go's `OnNewLeader`).
-        let mut holder = r.holder.clone();
-        tokio::time::timeout(
-            RETRY * 4,
-            holder.wait_for(|h| h.as_deref() == Some(next.as_str())),
-        )
-        .await
-        .expect(DEADLOCK)
-        .unwrap();
-    }
     for r in replicas {
         r.shutdown.send_replace(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), r.task)
@@ -496,6 +485,12 @@ async fn workers_that_panic_end_the_election_and_hand_the_lease_over() {
         .await
         .expect(DEADLOCK)
         .unwrap();
+    // Released before `run` returned (not left to expire).
+    assert_ne!(
+        holder(&s).as_deref(),
+        Some("a"),
+        "the lease was not released"
+    );
     assert!(
         matches!(
             ended,
@@ -579,10 +574,19 @@ async fn partition_the_leader(how: Cut) {
     assert_ne!(next, leader);
     assert_eq!(holder(&s).as_deref(), Some(next.as_str()));
     log.assert_no_overlap();
-    // The partitioned leader still leads nothing once it reaches the server again.
+    // The partitioned leader still leads nothing once it reaches the server again, and as a
+    // follower it sees who does (client-go's `OnNewLeader`).
     *cuts[i].lock() = None;
     tokio::time::sleep(LEASE).await;
-    assert_eq!(log.leaders_now(), [next]);
+    assert_eq!(log.leaders_now(), std::slice::from_ref(&next));
+    let mut seen = replicas[i].holder.clone();
+    tokio::time::timeout(
+        RETRY * 4,
+        seen.wait_for(|h| h.as_deref() == Some(next.as_str())),
+    )
+    .await
+    .expect(DEADLOCK)
+    .unwrap();
     log.assert_no_overlap();
     for r in replicas {
         r.shutdown.send_replace(true);

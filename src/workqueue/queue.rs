@@ -202,6 +202,11 @@ pub struct Processing<T: QueueItem> {
 }
 
 impl<T: QueueItem> Processing<T> {
+    /// Marks the item done now; the same as dropping the guard, said explicitly.
+    pub fn done(self) {
+        drop(self);
+    }
+
     /// The item, leaving the caller to call [`done`](WorkQueue::done) for it.
     pub fn into_inner(mut self) -> T {
         self.item
@@ -395,6 +400,12 @@ impl<T: QueueItem> WorkQueue<T> {
     /// [`get`](Self::get), with the item in a guard that marks it [`done`](Self::done) when
     /// dropped: when processing ends, and also when the worker's future is dropped or
     /// unwinds. Cancel safe as `get`.
+    ///
+    /// Do not also call `queue.done(&item)` for a guarded item: the guard's own `done` would
+    /// then come second, and if the item had been added again meanwhile and taken by another
+    /// worker, it would end that worker's mark, letting a third take the item while the second
+    /// still processes it. Use [`Processing::done`], or [`Processing::into_inner`] to take the
+    /// item out of the guard.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -798,8 +809,10 @@ mod tests {
         });
         assert!(panicked.await.unwrap_err().is_panic());
         q.add("a").unwrap();
+        q.get_guarded().await.unwrap().done();
+        q.add("a").unwrap();
         let a = q.get_guarded().await.unwrap();
-        // Done explicitly by dropping, or handed back for the caller to mark.
+        // Handed back for the caller to mark.
         let a = a.into_inner();
         let drain = tokio::spawn({
             let q = q.clone();
