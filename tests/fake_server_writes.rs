@@ -504,17 +504,23 @@ async fn create_with_a_resource_version_and_stale_updates_are_refused() {
     assert_eq!(s.current_resource_version(), 3);
 }
 
-/// Custom resources refuse an update without a resourceVersion (apiextensions' strategies do
-/// not `AllowUnconditionalUpdate`), as do their status updates; a patch that does not set one
-/// is applied to the stored object and stays unconditional. Built-in kinds allow it (above).
-#[tokio::test]
-async fn a_custom_resource_update_without_a_resource_version_is_invalid() {
-    let s = FakeApiServer::start().await.unwrap();
+/// A fake server with the `Widget` custom resource and one widget `w` of size 1 in `default`.
+async fn server_with_widget_w() -> (FakeApiServer, Api<Widget>) {
+    let s = FakeApiServer::start_with_core().await.unwrap();
     s.register::<Widget>();
     let api: Api<Widget> = Api::namespaced(s.client(), "default");
     api.create(&PostParams::default(), &widget("w", 1))
         .await
         .unwrap();
+    (s, api)
+}
+
+/// Custom resources refuse an update without a resourceVersion (apiextensions' strategies do
+/// not `AllowUnconditionalUpdate`), as do their status updates; a patch that does not set one
+/// is applied to the stored object and stays unconditional. Built-in kinds allow it (above).
+#[tokio::test]
+async fn a_custom_resource_update_without_a_resource_version_is_invalid() {
+    let (_s, api) = server_with_widget_w().await;
     let e = api_err(
         api.replace("w", &PostParams::default(), &widget("w", 2))
             .await,
@@ -553,12 +559,7 @@ async fn a_custom_resource_update_without_a_resource_version_is_invalid() {
 /// (`customresource_handler.go`): a strategic merge patch is `415`.
 #[tokio::test]
 async fn a_strategic_merge_patch_of_a_custom_resource_is_415() {
-    let s = FakeApiServer::start().await.unwrap();
-    s.register::<Widget>();
-    let api: Api<Widget> = Api::namespaced(s.client(), "default");
-    api.create(&PostParams::default(), &widget("w", 1))
-        .await
-        .unwrap();
+    let (_s, api) = server_with_widget_w().await;
     let e = api_err(
         api.patch("w", &pp(), &Patch::Strategic(json!({"spec": {"size": 2}})))
             .await,
@@ -579,12 +580,7 @@ async fn a_strategic_merge_patch_of_a_custom_resource_is_415() {
 /// resourceVersion is unconditional only where the kind allows it, else `422`, like a `PUT`.
 #[tokio::test]
 async fn a_patch_that_drops_the_resource_version_needs_an_unconditional_kind() {
-    let s = FakeApiServer::start_with_core().await.unwrap();
-    s.register::<Widget>();
-    let api: Api<Widget> = Api::namespaced(s.client(), "default");
-    api.create(&PostParams::default(), &widget("w", 1))
-        .await
-        .unwrap();
+    let (s, api) = server_with_widget_w().await;
     let drop_rv = json!({"metadata": {"resourceVersion": null}, "spec": {"size": 2}});
     let e = api_err(api.patch("w", &pp(), &merge(drop_rv.clone())).await);
     assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");

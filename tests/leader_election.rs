@@ -183,6 +183,16 @@ fn replica_on(
     }
 }
 
+/// Stops every replica, whatever its run returned.
+async fn shut_down(replicas: Vec<Replica>) {
+    for r in replicas {
+        r.shutdown.send_replace(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), r.task)
+            .await
+            .expect(DEADLOCK);
+    }
+}
+
 async fn server() -> FakeApiServer {
     let s = FakeApiServer::start().await.unwrap();
     s.register::<Lease>();
@@ -282,12 +292,7 @@ async fn crash_the_leader(wait_out_previous_leader: bool) -> (Duration, Duration
     );
     assert_ne!(next, leader);
     log.assert_no_overlap();
-    for r in replicas {
-        r.shutdown.send_replace(true);
-        let _ = tokio::time::timeout(Duration::from_secs(5), r.task)
-            .await
-            .expect(DEADLOCK);
-    }
+    shut_down(replicas).await;
     (lease_taken, workers_started)
 }
 
@@ -374,12 +379,7 @@ async fn release_on_cancel_hands_over_within_the_retry_period() {
         "took {handover:?}: the follower waited for expiry instead of seeing the release"
     );
     log.assert_no_overlap();
-    for r in replicas {
-        r.shutdown.send_replace(true);
-        let _ = tokio::time::timeout(Duration::from_secs(5), r.task)
-            .await
-            .expect(DEADLOCK);
-    }
+    shut_down(replicas).await;
 }
 
 #[tokio::test]
@@ -423,12 +423,7 @@ async fn a_leader_that_cannot_renew_stops_its_workers_before_the_lease_expires()
     log.wait_for_leader(None, Duration::from_secs(20)).await;
     log.assert_no_overlap();
     let _ = leader;
-    for r in replicas {
-        r.shutdown.send_replace(true);
-        let _ = tokio::time::timeout(Duration::from_secs(5), r.task)
-            .await
-            .expect(DEADLOCK);
-    }
+    shut_down(replicas).await;
     log.assert_no_overlap();
 }
 
@@ -588,12 +583,7 @@ async fn partition_the_leader(how: Cut) {
     .expect(DEADLOCK)
     .unwrap();
     log.assert_no_overlap();
-    for r in replicas {
-        r.shutdown.send_replace(true);
-        let _ = tokio::time::timeout(Duration::from_secs(5), r.task)
-            .await
-            .expect(DEADLOCK);
-    }
+    shut_down(replicas).await;
 }
 
 #[tokio::test]
